@@ -1,0 +1,140 @@
+"""SWE-bench task instances and the JSON/JSONL loader.
+
+Besides SWE-bench's fields, a task says where its code and runtime live on this
+server: ``repo_path`` (a directory), an optional ``python_env`` (a venv mounted
+read-only) and an optional docker ``image``. Relative paths are taken relative
+to the task file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from sandbox.models import WorkspaceSpec
+
+
+class TaskFileError(ValueError):
+    """A task file could not be read; the message names the instance and field."""
+
+
+class TaskInstance(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    instance_id: str = Field(min_length=1)
+    repo: str = ""
+    base_commit: str | None = None
+    problem_statement: str = Field(min_length=1)
+    hints_text: str = ""
+    patch: str = Field("", description="the gold fix (never shown to the agent)")
+    test_patch: str = Field("", description="adds/changes the hidden tests (grading only)")
+    FAIL_TO_PASS: list[str] = Field(default_factory=list)
+    PASS_TO_PASS: list[str] = Field(default_factory=list)
+    version: str = ""
+    environment_setup_commit: str = ""
+    created_at: str | None = None
+    repo_path: Path
+    python_env: Path | None = None
+    image: str | None = None
+
+    @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
+    @classmethod
+    def _json_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value) if value.strip() else []
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not a JSON list of test ids: {exc}") from None
+        return value
+
+    @field_validator("FAIL_TO_PASS", "PASS_TO_PASS")
+    @classmethod
+    def _non_empty_ids(cls, value: list[str]) -> list[str]:
+        if any(not v.strip() for v in value):
+            raise ValueError("test ids must be non-empty strings")
+        return value
+
+    @property
+    def tests(self) -> list[str]:
+        """Every test the grader runs: FAIL_TO_PASS first, then PASS_TO_PASS."""
+        return list(dict.fromkeys(self.FAIL_TO_PASS + self.PASS_TO_PASS))
+
+    def workspace_spec(self) -> WorkspaceSpec:
+        return WorkspaceSpec(repo_path=self.repo_path, base_commit=self.base_commit,
+                             python_env=self.python_env, image=self.image)
+
+    def resolved(self, base: Path) -> "TaskInstance":
+        """A copy with ``repo_path``/``python_env`` made absolute against ``base``."""
+        update: dict[str, Any] = {"repo_path": (base / self.repo_path).resolve()}
+        if self.python_env is not None:
+            update["python_env"] = (base / self.python_env).resolve()
+        return self.model_copy(update=update)
+
+
+def _records(path: Path, text: str) -> list[tuple[str, Any]]:
+    """(location, raw record) pairs of a JSON array/object or a JSONL file."""
+    stripped = text.lstrip()
+    if path.suffix == ".jsonl" or not stripped.startswith(("[", "{")):
+        out = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                out.append((f"{path.name}:{n}", json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise TaskFileError(f"{path.name}:{n}: invalid JSON: {exc.msg}") from None
+        return out
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if stripped.startswith("{"):  # a JSONL file named .json
+            return _records(path.with_suffix(".jsonl"), text)
+        raise TaskFileError(f"{path.name}: invalid JSON: {exc.msg} (line {exc.lineno})") from None
+    items = data if isinstance(data, list) else [data]
+    return [(f"{path.name}[{i}]", item) for i, item in enumerate(items)]
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        field = ".".join(str(p) for p in err["loc"]) or "(record)"
+        parts.append(f"field {field!r}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def load_tasks(path: str | Path) -> list[TaskInstance]:
+    """Load tasks from a JSON array/object or JSONL file.
+
+    Raises TaskFileError naming the record, instance and field of the first problem.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TaskFileError(f"cannot read task file {path}: {exc.strerror}") from None
+    tasks: list[TaskInstance] = []
+    seen: set[str] = set()
+    for where, raw in _records(path, text):
+        if not isinstance(raw, dict):
+            raise TaskFileError(f"{where}: a task must be a JSON object, got {type(raw).__name__}")
+        name = raw.get("instance_id") or "<no instance_id>"
+        try:
+            task = TaskInstance.model_validate(raw).resolved(path.parent.resolve())
+        except ValidationError as exc:
+            raise TaskFileError(f"{where}: instance {name!r}: {_describe(exc)}") from None
+        if task.instance_id in seen:
+            raise TaskFileError(f"{where}: instance {name!r}: field 'instance_id': duplicate")
+        if not task.repo_path.is_dir():
+            raise TaskFileError(f"{where}: instance {name!r}: field 'repo_path': "
+                                f"not a directory: {task.repo_path}")
+        if task.python_env is not None and not task.python_env.is_dir():
+            raise TaskFileError(f"{where}: instance {name!r}: field 'python_env': "
+                                f"not a directory: {task.python_env}")
+        seen.add(task.instance_id)
+        tasks.append(task)
+    if not tasks:
+        raise TaskFileError(f"{path.name}: no tasks")
+    return tasks

@@ -1,0 +1,83 @@
+"""The `Sandbox` interface: one isolated, long-lived shell per episode.
+
+A backend (bwrap, docker) decides *where* the session runs; the in-sandbox
+runtime (``sandbox/runtime.py``) decides *how* commands and file operations run.
+All methods are coroutines so a server can drive hundreds of sessions from one
+event loop; none of them blocks it.
+"""
+
+from __future__ import annotations
+
+import abc
+
+from .models import CommandResult, SandboxConfig, SandboxInfo, WorkspaceSpec
+
+
+class Sandbox(abc.ABC):
+    """One session's sandbox. Create with :func:`open_sandbox`; close when done."""
+
+    id: str
+    info: SandboxInfo
+
+    @classmethod
+    @abc.abstractmethod
+    async def start(cls, spec: WorkspaceSpec, config: SandboxConfig) -> "Sandbox":
+        """Prepare the workspace (cached per repo and commit) and start the session.
+
+        Raises SandboxStartError or WorkspaceError.
+        """
+
+    @abc.abstractmethod
+    async def run(self, command: str, timeout_s: float | None = None) -> CommandResult:
+        """Run ``command`` in the session's persistent shell (cwd, exports persist).
+
+        On timeout every process the command started is killed and the shell
+        survives. Raises SandboxDied only when the sandbox itself is gone.
+        """
+
+    @abc.abstractmethod
+    async def read_file(self, path: str) -> bytes:
+        """Read a file inside the workspace (relative, or absolute under /workspace).
+
+        Raises PathError (with ``reason``) for paths outside the workspace,
+        missing files, directories and files over the read limit.
+        """
+
+    @abc.abstractmethod
+    async def write_file(self, path: str, data: bytes) -> None:
+        """Create or overwrite a file inside the workspace, creating parents."""
+
+    @abc.abstractmethod
+    async def diff(self) -> str:
+        """The workspace's changes against its base commit as a git-style text diff
+
+        (untracked files included, binary files reported but not inlined)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Kill every process of the session and free its resources. Idempotent."""
+
+    @property
+    @abc.abstractmethod
+    def alive(self) -> bool:
+        """False once the sandbox died or was closed."""
+
+    async def __aenter__(self) -> "Sandbox":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+async def open_sandbox(spec: WorkspaceSpec, config: SandboxConfig | None = None) -> Sandbox:
+    """Start a session on the configured backend (backends are imported lazily)."""
+    config = config or SandboxConfig()
+    if config.backend == "bwrap":
+        from .bwrap import BwrapSandbox
+
+        return await BwrapSandbox.start(spec, config)
+    if config.backend == "docker":
+        from .docker import DockerSandbox
+
+        return await DockerSandbox.start(spec, config)
+    raise ValueError(f"unknown sandbox backend {config.backend!r}")

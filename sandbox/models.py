@@ -1,0 +1,189 @@
+"""Typed configuration and results of the sandbox layer.
+
+Everything that crosses the sandbox boundary is one of these pydantic models:
+the configuration a session starts with, and the results its operations return.
+Failures an agent causes (a non-zero exit, a timeout, a flood of output) are
+*data* in a :class:`CommandResult`; only infrastructure failures raise
+(:class:`SandboxError` and subclasses).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Tools whose binaries must be *absent* from the sandbox's view (not masked by
+# name): file finders and archive extractors an agent could use to dig up code the
+# task removed. Hard-link aliases of these (Debian's unzip/zipinfo share an inode)
+# are removed with them.
+DEFAULT_BLOCKED_TOOLS: tuple[str, ...] = (
+    "find", "locate", "plocate", "mlocate", "updatedb", "fd", "fdfind",
+    "unzip", "unzipsfx", "zipinfo", "funzip", "zipgrep", "zipnote", "zipsplit", "zipcloak",
+    "bsdtar", "bsdcpio", "bsdunzip", "cpio", "7z", "7za", "7zr", "p7zip",
+    "unrar", "rar", "cabextract", "lzmainfo", "jar", "jarsigner", "busybox", "toybox",
+    "uncompyle6", "decompyle3", "pycdc", "pydisasm",
+)
+
+# Purged from the workspace at start: bytecode, type caches, test caches and
+# anything that remembers earlier runs or code the task removed.
+DEFAULT_PURGE_DIRS: tuple[str, ...] = (
+    "__pycache__", ".mypy_cache", ".pytype", ".pyre", ".pytest_cache", ".ruff_cache",
+    ".hypothesis", ".tox", ".nox", ".eggs", ".cache", ".ipynb_checkpoints",
+)
+DEFAULT_PURGE_SUFFIXES: tuple[str, ...] = (".pyc", ".pyo", ".pyd.cache", ".coverage")
+# Archives are removed when they hold Python source or bytecode (an archive of the
+# repository); data fixtures without code are kept so the project's tests still pass.
+DEFAULT_ARCHIVE_SUFFIXES: tuple[str, ...] = (
+    ".zip", ".whl", ".egg", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz",
+    ".txz", ".jar", ".7z", ".pyz",
+)
+
+
+class LayerMode(str, Enum):
+    """How a kernel hardening layer is applied when the session starts."""
+
+    required = "required"  # the session fails to start if the kernel lacks it
+    best_effort = "best_effort"  # applied when available, reported in SandboxInfo
+    off = "off"
+
+
+class Limits(BaseModel):
+    """Resource limits of one sandbox session."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command_timeout_s: float = Field(120.0, gt=0, description="default wall-clock limit of one command")
+    max_command_timeout_s: float = Field(1800.0, gt=0, description="upper bound a caller may ask for")
+    max_output_bytes: int = Field(64 * 1024, gt=0, description="output kept per command (head + tail)")
+    output_kill_bytes: int = Field(64 * 1024 * 1024, gt=0, description="a command printing more is killed")
+    max_file_read_bytes: int = Field(4 * 1024 * 1024, gt=0)
+    max_file_write_bytes: int = Field(8 * 1024 * 1024, gt=0)
+    memory_mb: int = Field(4096, gt=0, description="address space per process (RLIMIT_AS) and cgroup memory")
+    pids: int = Field(256, gt=0, description="processes (RLIMIT_NPROC and cgroup pids.max)")
+    open_files: int = Field(1024, gt=0)
+    file_size_mb: int = Field(512, gt=0, description="largest file a process may write (RLIMIT_FSIZE)")
+    cpu_seconds: int = Field(3600, gt=0, description="CPU time per process (RLIMIT_CPU)")
+    workspace_mb: int = Field(1024, gt=0, description="writable space of the workspace (tmpfs upper layer)")
+    tmp_mb: int = Field(512, gt=0, description="size of the private /tmp")
+
+
+class HardeningPolicy(BaseModel):
+    """What an adversarial agent must not be able to reach or run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    blocked_tools: tuple[str, ...] = DEFAULT_BLOCKED_TOOLS
+    purge_dirs: tuple[str, ...] = DEFAULT_PURGE_DIRS
+    purge_suffixes: tuple[str, ...] = DEFAULT_PURGE_SUFFIXES
+    archive_suffixes: tuple[str, ...] = DEFAULT_ARCHIVE_SUFFIXES
+    # "squash": the workspace's git repository holds exactly one commit (the base
+    # tree), no remotes, refs, reflog or stray objects. Needed for synthesized
+    # tasks, whose parent commit is the un-bugged code.
+    git_history: Literal["squash"] = "squash"
+    seccomp: LayerMode = LayerMode.required
+    landlock: LayerMode = LayerMode.best_effort
+    cgroups: LayerMode = LayerMode.best_effort
+    # Sockets inside the sandbox live in an empty network namespace either way;
+    # "deny" also refuses AF_INET/AF_INET6 sockets (breaks test suites that bind
+    # a loopback server, so it is off by default).
+    inet_sockets: Literal["netns_only", "deny"] = "netns_only"
+
+
+class SandboxConfig(BaseModel):
+    """Configuration of the sandbox layer (one per server, shared by sessions)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["bwrap", "docker"] = "bwrap"
+    limits: Limits = Field(default_factory=Limits)
+    policy: HardeningPolicy = Field(default_factory=HardeningPolicy)
+    cache_dir: Path | None = Field(None, description="prepared workspaces and tool views; default ~/.cache/swe-openenv")
+    docker_image: str = Field("swe-openenv-sandbox:latest", description="image the docker backend runs when a task names none")
+    docker_url: str | None = Field(None, description="Docker engine URL; default from the environment")
+
+
+class WorkspaceSpec(BaseModel):
+    """Where a session's files and runtime come from on this host."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    repo_path: Path = Field(description="a directory (usually a git repository) holding the task's code")
+    base_commit: str | None = Field(None, description="commit to check out; None takes the directory as it is")
+    python_env: Path | None = Field(None, description="a venv or prefix mounted read-only, first on PATH")
+    image: str | None = Field(None, description="docker backend: image to run instead of the default")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment variables of the shell")
+
+
+class CommandStatus(str, Enum):
+    ok = "ok"  # exit code 0
+    nonzero_exit = "nonzero_exit"
+    timeout = "timeout"  # wall-clock limit hit; the command's processes were killed
+    output_limit = "output_limit"  # printed more than output_kill_bytes; killed
+    shell_exited = "shell_exited"  # the command ended the shell (exit, exec); a fresh shell took over
+    sandbox_died = "sandbox_died"  # the sandbox itself is gone; the session cannot go on
+
+
+class CommandResult(BaseModel):
+    """The outcome of one shell command, failures included."""
+
+    output: str = Field(description="stdout and stderr interleaved, capped (head + marker + tail)")
+    exit_code: int | None = None
+    status: CommandStatus
+    truncated: bool = False
+    output_bytes: int = Field(0, description="bytes the command printed in all")
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status is CommandStatus.ok
+
+
+class SandboxInfo(BaseModel):
+    """Which protections a started session actually has."""
+
+    backend: str
+    seccomp: bool = False
+    landlock_abi: int = 0
+    cgroup: bool = False
+    noexec_workspace: bool = False
+    blocked_tools_absent: bool = False
+    base_commit: str = Field("", description="commit of the squashed workspace repository")
+    details: dict[str, str] = Field(default_factory=dict)
+
+
+class SandboxError(RuntimeError):
+    """Root of infrastructure failures of the sandbox layer."""
+
+    kind: str = "sandbox_error"
+
+
+class SandboxStartError(SandboxError):
+    kind = "sandbox_start_failed"
+
+
+class SandboxDied(SandboxError):
+    kind = "sandbox_died"
+
+
+class SandboxClosed(SandboxError):
+    kind = "sandbox_closed"
+
+
+class PathError(SandboxError, ValueError):
+    """A path outside the workspace, or one that cannot be read or written."""
+
+    kind = "bad_path"
+
+    def __init__(self, message: str, reason: str = "bad_path") -> None:
+        super().__init__(message)
+        # "outside_workspace", "not_found", "is_directory", "too_large", "bad_path"
+        self.reason = reason
+
+
+class WorkspaceError(SandboxError):
+    """The task's repository could not be prepared (or failed its scrub check)."""
+
+    kind = "workspace_error"

@@ -1,0 +1,647 @@
+"""The in-sandbox runtime: one process per session, inside the jail.
+
+Run as ``python3 -I -S runtime.py`` by a backend (bwrap or docker). Stdlib only,
+Python 3.8+, because it runs on whatever interpreter the sandbox has. It speaks
+JSON lines on stdin/stdout with the host (``sandbox/channel.py``):
+
+* the first line is an init message; the runtime builds the workspace (an
+  overlay on a read-only template, or a copy), applies the kernel layers
+  (mount flags, rlimits, no_new_privs, Landlock, seccomp), starts the agent's
+  persistent bash and answers ``{"ok": true, "info": {...}}``;
+* then one request at a time: ``run``, ``read``, ``write``, ``diff``, ``ping``.
+
+The agent's shell never sees this process's pipes; the runtime is
+non-dumpable, so a same-uid agent cannot read or write its memory or fds.
+Everything the agent does is data in the reply: exit codes, timeouts, floods,
+the shell exiting. The host treats every byte from here as untrusted.
+"""
+
+from __future__ import annotations
+
+import base64
+import ctypes
+import errno
+import json
+import os
+import secrets
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+WORKSPACE = "/workspace"
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
+PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 4, 38, 36
+PR_CAPBSET_DROP, PR_SET_SECCOMP = 24, 22
+
+
+class RuntimeFailure(Exception):
+    def __init__(self, kind: str, message: str, **extra: object) -> None:
+        super().__init__(message)
+        self.kind, self.message, self.extra = kind, message, extra
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, "%s: %s" % (what, os.strerror(err)))
+
+
+def _mount(src: str, target: str, fstype: str, flags: int, data: str | None = None) -> None:
+    _check(libc.mount(src.encode(), target.encode(), fstype.encode(), flags,
+                      data.encode() if data else None), "mount " + target)
+
+
+# --------------------------------------------------------------------------- setup
+
+def enter_private_userns() -> None:
+    """A nested user + mount namespace in which this process may mount.
+
+    Under bwrap the mount namespace may belong to the host's user namespace (when
+    bwrap runs as root), so mounting there is refused; a namespace of our own,
+    mapping our uid to itself, makes the mounts below possible without any
+    host privilege.
+    """
+    uid, gid = os.getuid(), os.getgid()
+    _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare")
+    with open("/proc/self/setgroups", "w") as f:
+        f.write("deny")
+    with open("/proc/self/uid_map", "w") as f:
+        f.write("%d %d 1" % (uid, uid))
+    with open("/proc/self/gid_map", "w") as f:
+        f.write("%d %d 1" % (gid, gid))
+
+
+def build_overlay_workspace(cfg: dict) -> None:
+    flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    _mount("tmpfs", "/tmp", "tmpfs", flags, "size=%dm,mode=1777" % cfg["tmp_mb"])
+    upper = cfg["upper"]
+    _mount("tmpfs", upper, "tmpfs", flags, "size=%dm,mode=0755" % cfg["workspace_mb"])
+    os.makedirs(upper + "/u")
+    os.makedirs(upper + "/w")
+    _mount("overlay", WORKSPACE, "overlay", flags,
+           "lowerdir=%s,upperdir=%s/u,workdir=%s/w,userxattr" % (cfg["template"], upper, upper))
+    if os.path.isdir("/dev/shm"):
+        _mount("tmpfs", "/dev/shm", "tmpfs", flags, "size=64m,mode=1777")
+    # The overlay keeps its own reference to the lower dir: hide the path itself.
+    _mount("tmpfs", cfg["template"], "tmpfs", MS_RDONLY | flags, "size=4k")
+
+
+def build_copied_workspace(cfg: dict) -> None:
+    src = cfg["template"]
+    for name in os.listdir(src):
+        s, d = os.path.join(src, name), os.path.join(WORKSPACE, name)
+        if os.path.isdir(s) and not os.path.islink(s):
+            shutil.copytree(s, d, symlinks=True)
+        else:
+            shutil.copy2(s, d, follow_symlinks=False)
+
+
+def set_rlimits(limits: dict) -> None:
+    import resource
+
+    mb = 1024 * 1024
+    table = [
+        (resource.RLIMIT_AS, limits["memory_mb"] * mb),
+        (resource.RLIMIT_NPROC, limits["pids"]),
+        (resource.RLIMIT_NOFILE, limits["open_files"]),
+        (resource.RLIMIT_FSIZE, limits["file_size_mb"] * mb),
+        (resource.RLIMIT_CPU, limits["cpu_seconds"]),
+        (resource.RLIMIT_CORE, 0),
+    ]
+    for res, value in table:
+        soft, hard = resource.getrlimit(res)
+        new = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(res, (new, new))
+
+
+def drop_capabilities() -> None:
+    for cap in range(64):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == errno.EINVAL:
+            break
+    header = struct.pack("II", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = b"\0" * 24
+    hdr = ctypes.create_string_buffer(header)
+    buf = ctypes.create_string_buffer(data)
+    nr = {"x86_64": 126, "aarch64": 91}.get(os.uname().machine)
+    if nr is not None:
+        libc.syscall(nr, hdr, buf)
+
+
+# Landlock -------------------------------------------------------------------------
+LL_EXECUTE, LL_WRITE_FILE, LL_READ_FILE, LL_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+LL_WRITE_ALL = sum(1 << i for i in (1, 4, 5, 6, 7, 8, 9, 10, 11, 12))  # write, remove, make_*
+LL_REFER, LL_TRUNCATE = 1 << 13, 1 << 14
+
+
+def apply_landlock(exec_paths: list, write_paths: list) -> int:
+    """Execute only from ``exec_paths``, write only beneath ``write_paths``.
+
+    Returns the ABI version applied, 0 when the kernel has no Landlock.
+    """
+    abi = libc.syscall(444, None, 0, 1)  # LANDLOCK_CREATE_RULESET_VERSION
+    if abi < 1:
+        return 0
+    handled = LL_EXECUTE | LL_WRITE_ALL
+    if abi >= 2:
+        handled |= LL_REFER
+    if abi >= 3:
+        handled |= LL_TRUNCATE
+    attr = struct.pack("Q", handled)
+    fd = libc.syscall(444, ctypes.c_char_p(attr), len(attr), 0)
+    if fd < 0:
+        return 0
+    try:
+        write_rights = LL_WRITE_ALL | (LL_REFER if abi >= 2 else 0) | (LL_TRUNCATE if abi >= 3 else 0)
+        for paths, rights in ((exec_paths, LL_EXECUTE), (write_paths, write_rights)):
+            for path in paths:
+                try:
+                    pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                except OSError:
+                    continue
+                try:
+                    is_dir = os.path.isdir(path)
+                    allowed = rights if is_dir else rights & (LL_EXECUTE | LL_WRITE_FILE | LL_TRUNCATE)
+                    rule = struct.pack("=Qi", allowed, pfd)
+                    _check(0 if libc.syscall(445, fd, 1, ctypes.c_char_p(rule), 0) == 0 else -1,
+                           "landlock_add_rule " + path)
+                finally:
+                    os.close(pfd)
+        _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+        _check(0 if libc.syscall(446, fd, 0) == 0 else -1, "landlock_restrict_self")
+    finally:
+        os.close(fd)
+    return int(abi)
+
+
+# seccomp ---------------------------------------------------------------------------
+# Syscalls an agent never needs and that open kernel attack surface or let it
+# leave its namespaces. Numbers per architecture (asm/unistd_64.h).
+DENY_X86_64 = {
+    "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "mount": 165,
+    "umount2": 166, "pivot_root": 155, "chroot": 161, "unshare": 272, "setns": 308,
+    "bpf": 321, "perf_event_open": 298, "keyctl": 250, "add_key": 248, "request_key": 249,
+    "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+    "kexec_load": 246, "kexec_file_load": 320, "init_module": 175, "finit_module": 313,
+    "delete_module": 176, "open_by_handle_at": 304, "name_to_handle_at": 303,
+    "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "move_mount": 429,
+    "open_tree": 428, "mount_setattr": 442, "swapon": 167, "swapoff": 168, "reboot": 169,
+    "syslog": 103, "acct": 163, "settimeofday": 164, "clock_settime": 227, "adjtimex": 159,
+    "clock_adjtime": 305, "quotactl": 179, "lookup_dcookie": 212, "vhangup": 153,
+    "iopl": 172, "ioperm": 173, "modify_ldt": 154, "uselib": 134, "personality": 135,
+    "landlock_create_ruleset": 444, "pidfd_getfd": 438, "kcmp": 312,
+}
+DENY_AARCH64 = {
+    "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "mount": 40,
+    "umount2": 39, "pivot_root": 41, "chroot": 51, "unshare": 97, "setns": 268, "bpf": 280,
+    "perf_event_open": 241, "keyctl": 219, "add_key": 217, "request_key": 218,
+    "userfaultfd": 282, "io_uring_setup": 425, "io_uring_enter": 426,
+    "io_uring_register": 427, "kexec_load": 104, "kexec_file_load": 294, "init_module": 105,
+    "finit_module": 273, "delete_module": 106, "open_by_handle_at": 265,
+    "name_to_handle_at": 264, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
+    "move_mount": 429, "open_tree": 428, "mount_setattr": 442, "swapon": 224, "swapoff": 225,
+    "reboot": 142, "syslog": 116, "acct": 89, "settimeofday": 170, "clock_settime": 112,
+    "adjtimex": 171, "clock_adjtime": 266, "quotactl": 60, "lookup_dcookie": 18,
+    "vhangup": 58, "personality": 92, "landlock_create_ruleset": 444, "pidfd_getfd": 438,
+    "kcmp": 272,
+}
+ARCH = {"x86_64": (0xC000003E, DENY_X86_64, 41, 56, 435), "aarch64": (0xC00000B7, DENY_AARCH64, 198, 220, 435)}
+AF_DENY_ALWAYS = (17, 15, 38, 40, 31, 36, 42, 44)  # packet, key, alg, vsock, bluetooth, ieee802154, qipcrtr, xdp
+AF_INET_FAMILIES = (2, 10)
+CLONE_NS_FLAGS = 0x10000000 | 0x00020000 | 0x04000000 | 0x08000000 | 0x20000000 | 0x40000000 | 0x02000000 | 0x00000080
+
+
+def seccomp_program(machine: str, deny_inet: bool) -> bytes:
+    """A classic-BPF deny-list filter: EPERM for the syscalls above, for sockets
+    of dangerous families, for clone() with namespace flags; ENOSYS for clone3
+    (so libc falls back to clone, whose flags a filter can inspect)."""
+    audit_arch, deny, nr_socket, nr_clone, nr_clone3 = ARCH[machine]
+    LD, JEQ, JSET, RET = 0x20, 0x15, 0x45, 0x06
+    ALLOW, KILL = 0x7FFF0000, 0x80000000
+    EPERM, ENOSYS, EAFNOSUPPORT = 0x00050000 | 1, 0x00050000 | 38, 0x00050000 | 97
+    prog = []
+
+    def ins(code, jt, jf, k):
+        prog.append(struct.pack("HBBI", code, jt, jf, k & 0xFFFFFFFF))
+
+    ins(LD, 0, 0, 4)                      # arch
+    ins(JEQ, 1, 0, audit_arch)
+    ins(RET, 0, 0, KILL)
+    ins(LD, 0, 0, 0)                      # nr
+    if machine == "x86_64":               # the x32 ABI aliases every syscall
+        ins(0x35, 0, 1, 0x40000000)       # jge
+        ins(RET, 0, 0, EPERM)
+    for nr in sorted(set(deny.values())):
+        ins(JEQ, 0, 1, nr)
+        ins(RET, 0, 0, EPERM)
+    ins(JEQ, 0, 1, nr_clone3)
+    ins(RET, 0, 0, ENOSYS)
+    # clone(flags, ...): refuse namespace flags
+    ins(JEQ, 0, 4, nr_clone)
+    ins(LD, 0, 0, 16)                     # args[0] low 32 bits
+    ins(JSET, 0, 1, CLONE_NS_FLAGS)
+    ins(RET, 0, 0, EPERM)
+    ins(RET, 0, 0, ALLOW)
+    # socket(family, ...)
+    families = list(AF_DENY_ALWAYS) + (list(AF_INET_FAMILIES) if deny_inet else [])
+    ins(JEQ, 0, 1 + 2 * len(families), nr_socket)
+    ins(LD, 0, 0, 16)
+    for fam in families:
+        ins(JEQ, 0, 1, fam)
+        ins(RET, 0, 0, EAFNOSUPPORT)
+    ins(RET, 0, 0, ALLOW)
+    return b"".join(prog)
+
+
+def apply_seccomp(deny_inet: bool) -> bool:
+    machine = os.uname().machine
+    if machine not in ARCH:
+        return False
+    code = seccomp_program(machine, deny_inet)
+    buf = ctypes.create_string_buffer(code)
+    fprog = struct.pack("HxxxxxxQ", len(code) // 8, ctypes.addressof(buf))
+    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    pbuf = ctypes.create_string_buffer(fprog)
+    _check(libc.prctl(PR_SET_SECCOMP, 2, ctypes.addressof(pbuf), 0, 0), "seccomp")
+    return True
+
+
+# --------------------------------------------------------------------------- shell
+
+class Shell:
+    """The agent's persistent, non-interactive bash.
+
+    Commands go in on stdin as ``eval '<cmd>' </dev/null 63>&-``; their output
+    comes back on one pipe (stdout and stderr interleaved); the exit status comes
+    back on fd 63 with a per-command nonce, which the command itself never holds.
+    """
+
+    def __init__(self, env: dict) -> None:
+        self.env = env
+        self.proc: subprocess.Popen | None = None
+        self.start()
+
+    def start(self) -> None:
+        out_r, out_w = os.pipe()
+        st_r, st_w = os.pipe()
+        if st_w != 63:
+            os.dup2(st_w, 63)
+            os.close(st_w)
+        self.proc = subprocess.Popen(
+            ["bash", "--noprofile", "--norc"], stdin=subprocess.PIPE, stdout=out_w, stderr=out_w,
+            pass_fds=(63,), cwd=WORKSPACE, env=self.env, close_fds=True)
+        os.close(out_w)
+        os.close(63)
+        self.out_fd, self.status_fd = out_r, st_r
+        for fd in (out_r, st_r):
+            os.set_blocking(fd, False)
+
+    def close_fds(self) -> None:
+        for fd in (self.out_fd, self.status_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def restart(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.close_fds()
+        kill_all_but_me(set())
+        self.start()
+
+
+def kill_all_but_me(keep: set) -> int:
+    """SIGKILL every process of this pid namespace except init, us and ``keep``."""
+    me, killed = os.getpid(), 0
+    for _ in range(3):  # processes may fork while we sweep
+        found = 0
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            pid = int(name)
+            if pid in (1, me) or pid in keep:
+                continue
+            try:
+                os.kill(pid, signal.SIGKILL)
+                found += 1
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                pass
+        killed += found
+        reap()
+        if not found:
+            break
+    return killed
+
+
+def reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+class OutputBuffer:
+    """Keeps the head and the tail of a stream, counting everything."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap, self.head, self.tail, self.total = cap, bytearray(), bytearray(), 0
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.cap // 2 - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            if len(self.tail) > self.cap // 2:
+                del self.tail[: len(self.tail) - self.cap // 2]
+
+    def text(self) -> tuple:
+        dropped = self.total - len(self.head) - len(self.tail)
+        if dropped <= 0:
+            return (bytes(self.head + self.tail).decode("utf-8", "replace"), False)
+        marker = "\n[... output truncated: %d bytes omitted of %d ...]\n" % (dropped, self.total)
+        return (bytes(self.head).decode("utf-8", "replace") + marker
+                + bytes(self.tail).decode("utf-8", "replace"), True)
+
+
+def shell_quote(s: str) -> str:
+    return "'" + s.replace("'", "'\"'\"'") + "'"
+
+
+class Runtime:
+    def __init__(self, cfg: dict) -> None:
+        self.cfg = cfg
+        self.shell = Shell(cfg["env"])
+
+    # -- run ---------------------------------------------------------------------
+    def op_run(self, req: dict) -> dict:
+        cmd = req.get("command")
+        if not isinstance(cmd, str):
+            raise RuntimeFailure("invalid_arguments", "command must be a string")
+        timeout = float(req.get("timeout_s") or self.cfg["limits"]["command_timeout_s"])
+        cap = int(self.cfg["limits"]["max_output_bytes"])
+        kill_at = int(self.cfg["limits"]["output_kill_bytes"])
+        sh = self.shell
+        if sh.proc.poll() is not None:
+            sh.restart()
+        nonce = secrets.token_hex(8)
+        script = "eval %s </dev/null 63>&-\nprintf '%s %%d\\n' \"$?\" >&63\n" % (shell_quote(cmd), nonce)
+        start = time.monotonic()
+        out = OutputBuffer(cap)
+        try:
+            sh.proc.stdin.write(script.encode("utf-8", "surrogateescape"))
+            sh.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            sh.restart()
+            return self._result(out, None, "shell_exited", start)
+        status_buf = b""
+        deadline = start + timeout
+        state = None
+        while True:
+            now = time.monotonic()
+            if now >= deadline and state is None:
+                kill_all_but_me({sh.proc.pid})
+                state, deadline = "timeout", now + 2.0
+            elif now >= deadline:  # the shell did not report after the kill: replace it
+                self._drain(out)
+                sh.restart()
+                return self._result(out, None, state, start)
+            ready, _, _ = select.select([sh.out_fd, sh.status_fd], [], [], max(0.0, min(deadline - now, 0.5)))
+            if sh.out_fd in ready:
+                self._read_into(sh.out_fd, out)
+                if out.total > kill_at and state is None:
+                    kill_all_but_me({sh.proc.pid})
+                    state, deadline = "output_limit", time.monotonic() + 2.0
+            if sh.status_fd in ready:
+                try:
+                    chunk = os.read(sh.status_fd, 4096)
+                except BlockingIOError:
+                    chunk = b"x"
+                if not chunk:  # the shell exited (exit, exec, killed)
+                    self._drain(out)
+                    code = sh.proc.wait()
+                    sh.restart()
+                    return self._result(out, code, state or "shell_exited", start)
+                status_buf += chunk
+                line = status_buf.split(b"\n", 1)[0] if b"\n" in status_buf else None
+                if line is not None:
+                    parts = line.decode("ascii", "replace").split()
+                    if len(parts) == 2 and parts[0] == nonce:
+                        self._drain(out)
+                        code = int(parts[1])
+                        if state is None:
+                            state = "ok" if code == 0 else "nonzero_exit"
+                        return self._result(out, code, state, start)
+                    status_buf = status_buf.split(b"\n", 1)[1]
+            if not ready and sh.proc.poll() is not None:
+                self._drain(out)
+                code = sh.proc.returncode
+                sh.restart()
+                return self._result(out, code, state or "shell_exited", start)
+
+    @staticmethod
+    def _read_into(fd: int, out: OutputBuffer) -> None:
+        for _ in range(64):
+            try:
+                data = os.read(fd, 65536)
+            except BlockingIOError:
+                return
+            if not data:
+                return
+            out.add(data)
+
+    def _drain(self, out: OutputBuffer) -> None:
+        self._read_into(self.shell.out_fd, out)
+
+    @staticmethod
+    def _result(out: OutputBuffer, code, status: str, start: float) -> dict:
+        text, truncated = out.text()
+        return {"output": text, "exit_code": code, "status": status, "truncated": truncated,
+                "output_bytes": out.total, "duration_s": round(time.monotonic() - start, 6)}
+
+    # -- files -------------------------------------------------------------------
+    @staticmethod
+    def resolve(path: object, must_exist: bool) -> str:
+        if not isinstance(path, str) or not path or "\0" in path:
+            raise RuntimeFailure("bad_path", "path must be a non-empty string", reason="bad_path")
+        full = os.path.normpath(path if path.startswith("/") else os.path.join(WORKSPACE, path))
+        if full != WORKSPACE and not full.startswith(WORKSPACE + "/"):
+            raise RuntimeFailure("bad_path", "%s is outside %s" % (path, WORKSPACE), reason="outside_workspace")
+        # Symlinks may point anywhere inside the workspace, never out of it.
+        probe = full
+        while not os.path.lexists(probe):
+            probe = os.path.dirname(probe)
+        real = os.path.realpath(probe)
+        if real != WORKSPACE and not real.startswith(WORKSPACE + "/"):
+            raise RuntimeFailure("bad_path", "%s resolves outside %s" % (path, WORKSPACE), reason="outside_workspace")
+        if must_exist and probe != full:
+            raise RuntimeFailure("bad_path", "%s does not exist" % path, reason="not_found")
+        return os.path.join(real, os.path.relpath(full, probe)) if probe != full else real
+
+    def op_read(self, req: dict) -> dict:
+        real = self.resolve(req.get("path"), must_exist=True)
+        if os.path.isdir(real):
+            raise RuntimeFailure("bad_path", "%s is a directory" % req["path"], reason="is_directory")
+        limit = int(self.cfg["limits"]["max_file_read_bytes"])
+        try:
+            fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as e:
+            raise RuntimeFailure("bad_path", "cannot open %s: %s" % (req["path"], e.strerror), reason="unreadable")
+        try:
+            import stat as st
+
+            if not st.S_ISREG(os.fstat(fd).st_mode):
+                raise RuntimeFailure("bad_path", "%s is not a regular file" % req["path"], reason="not_a_file")
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                data = f.read(limit + 1)
+        finally:
+            os.close(fd)
+        if len(data) > limit:
+            raise RuntimeFailure("bad_path", "%s is larger than %d bytes" % (req["path"], limit), reason="too_large")
+        return {"data": base64.b64encode(data).decode("ascii")}
+
+    def op_write(self, req: dict) -> dict:
+        real = self.resolve(req.get("path"), must_exist=False)
+        try:
+            data = base64.b64decode(req.get("data", ""), validate=True)
+        except (ValueError, TypeError):
+            raise RuntimeFailure("invalid_arguments", "data must be base64")
+        if len(data) > int(self.cfg["limits"]["max_file_write_bytes"]):
+            raise RuntimeFailure("bad_path", "content is too large", reason="too_large")
+        if os.path.isdir(real):
+            raise RuntimeFailure("bad_path", "%s is a directory" % req["path"], reason="is_directory")
+        try:
+            os.makedirs(os.path.dirname(real), exist_ok=True)
+            fd = os.open(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        except OSError as e:
+            raise RuntimeFailure("bad_path", "cannot write %s: %s" % (req["path"], e.strerror), reason="unwritable")
+        return {"bytes": len(data)}
+
+    # -- diff --------------------------------------------------------------------
+    def op_diff(self, req: dict) -> dict:
+        base = self.cfg["base_commit"]
+        env = {"PATH": self.cfg["env"].get("PATH", "/usr/bin:/bin"), "HOME": "/tmp",
+               "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
+               "GIT_INDEX_FILE": "/tmp/.swe-diff-index", "LC_ALL": "C"}
+        safe = ["-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "core.quotePath=false",
+                "-c", "diff.external=", "-c", "core.autocrlf=false", "-c", "safe.directory=*"]
+        try:
+            os.unlink(env["GIT_INDEX_FILE"])
+        except OSError:
+            pass
+        steps = [["git"] + safe + ["read-tree", base], ["git"] + safe + ["add", "-A", "."],
+                 ["git"] + safe + ["diff", "--cached", "--no-color", "--no-ext-diff", "--no-textconv",
+                                   "--no-renames", "--src-prefix=a/", "--dst-prefix=b/", base]]
+        result = None
+        for argv in steps:
+            result = subprocess.run(argv, cwd=WORKSPACE, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+            if result.returncode != 0:
+                raise RuntimeFailure("diff_failed", result.stderr.decode("utf-8", "replace")[-2000:])
+        return {"diff": result.stdout.decode("utf-8", "replace")}
+
+    def op_ping(self, req: dict) -> dict:
+        return {"pong": True, "shell_alive": self.shell.proc.poll() is None}
+
+
+def setup(cfg: dict) -> dict:
+    info = {"seccomp": False, "landlock_abi": 0, "noexec_workspace": False}
+    if cfg["mode"] == "overlay":
+        enter_private_userns()
+        build_overlay_workspace(cfg)
+        info["noexec_workspace"] = True
+    else:
+        build_copied_workspace(cfg)
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 3 and fields[1] == WORKSPACE and "noexec" in fields[3].split(","):
+                    info["noexec_workspace"] = True
+    os.makedirs("/tmp/home", exist_ok=True)
+    os.makedirs("/tmp/.pycache", exist_ok=True)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    set_rlimits(cfg["limits"])
+    if cfg["mode"] == "overlay":
+        drop_capabilities()
+    if cfg["landlock"] != "off":
+        try:
+            info["landlock_abi"] = apply_landlock(cfg["exec_paths"], cfg["write_paths"])
+        except OSError as e:
+            if cfg["landlock"] == "required":
+                raise RuntimeFailure("layer_missing", "landlock: %s" % e)
+        if cfg["landlock"] == "required" and not info["landlock_abi"]:
+            raise RuntimeFailure("layer_missing", "the kernel offers no Landlock")
+    if cfg["seccomp"] != "off":
+        try:
+            info["seccomp"] = apply_seccomp(cfg["inet_sockets"] == "deny")
+        except OSError as e:
+            if cfg["seccomp"] == "required":
+                raise RuntimeFailure("layer_missing", "seccomp: %s" % e)
+        if cfg["seccomp"] == "required" and not info["seccomp"]:
+            raise RuntimeFailure("layer_missing", "no seccomp filter for %s" % os.uname().machine)
+    # Nobody of the same uid may ptrace-read us, open our fds or write our memory.
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    return info
+
+
+def main() -> None:
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+
+    def send(obj: dict) -> None:
+        stdout.write(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
+        stdout.flush()
+
+    try:
+        cfg = json.loads(stdin.readline())
+        info = setup(cfg)
+        runtime = Runtime(cfg)
+    except RuntimeFailure as e:
+        send({"ok": False, "error": {"kind": e.kind, "message": e.message}})
+        return
+    except Exception as e:  # noqa: BLE001 - reported to the host, which fails the start
+        send({"ok": False, "error": {"kind": "setup_failed", "message": "%s: %s" % (type(e).__name__, e)}})
+        return
+    send({"ok": True, "info": info})
+    ops = {"run": runtime.op_run, "read": runtime.op_read, "write": runtime.op_write,
+           "diff": runtime.op_diff, "ping": runtime.op_ping}
+    for line in stdin:
+        req_id = None
+        try:
+            req = json.loads(line)
+            req_id = req.get("id")
+            op = ops.get(req.get("op"))
+            if op is None:
+                raise RuntimeFailure("invalid_arguments", "unknown op %r" % req.get("op"))
+            send({"id": req_id, "ok": True, "result": op(req)})
+        except RuntimeFailure as e:
+            err = {"kind": e.kind, "message": e.message}
+            err.update(e.extra)
+            send({"id": req_id, "ok": False, "error": err})
+        except Exception as e:  # noqa: BLE001 - one bad request never ends the session
+            send({"id": req_id, "ok": False, "error": {"kind": "runtime_error", "message": "%s: %s" % (type(e).__name__, e)}})
+        reap()
+
+
+if __name__ == "__main__":
+    main()

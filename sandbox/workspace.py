@@ -1,0 +1,194 @@
+"""Pristine, scrubbed workspace templates, prepared once per (repository, commit).
+
+A template is the task's tree at its base commit with bytecode, caches and
+archives of code removed, in a fresh git repository holding exactly one commit
+(no remotes, no other refs, no reflog, no stray objects), verified after it is
+built. Sessions never write to it: bwrap mounts it as the read-only lower layer
+of an overlay, docker copies it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import threading
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .models import HardeningPolicy, SandboxConfig, WorkspaceError, WorkspaceSpec
+
+TEMPLATE_FORMAT = "3"  # bump when the scrub changes, so old templates are rebuilt
+_GIT_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C",
+    "GIT_AUTHOR_NAME": "swe-openenv", "GIT_AUTHOR_EMAIL": "base@swe-openenv.invalid",
+    "GIT_COMMITTER_NAME": "swe-openenv", "GIT_COMMITTER_EMAIL": "base@swe-openenv.invalid",
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
+}
+_locks: dict[str, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Template:
+    path: Path  # the scrubbed tree (with its one-commit .git)
+    base_commit: str  # sha of that one commit
+
+
+def cache_root(config: SandboxConfig) -> Path:
+    root = config.cache_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "swe-openenv"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def git(repo: Path, *args: str, input: bytes | None = None, env: dict[str, str] | None = None) -> str:
+    """Run git on a *trusted* repository (the task's, or our template), never an agent's."""
+    full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.devnull, **_GIT_ENV, **(env or {})}
+    proc = subprocess.run(
+        ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-C", str(repo), *args],
+        input=input, capture_output=True, env=full_env)
+    if proc.returncode != 0:
+        raise WorkspaceError(f"git {' '.join(args)} failed in {repo}: {proc.stderr.decode(errors='replace').strip()}")
+    return proc.stdout.decode(errors="replace")
+
+
+def _source_key(spec: WorkspaceSpec, policy: HardeningPolicy) -> str:
+    repo = spec.repo_path.resolve()
+    if not repo.is_dir():
+        raise WorkspaceError(f"repo_path {spec.repo_path} is not a directory")
+    if (repo / ".git").exists():
+        commit = git(repo, "rev-parse", "--verify", f"{spec.base_commit or 'HEAD'}^{{commit}}").strip()
+        source = f"git:{repo}:{commit}:{spec.base_commit is None}"
+        if spec.base_commit is None:  # the tree as it is, uncommitted changes included
+            source += ":" + _tree_fingerprint(repo)
+    elif spec.base_commit:
+        raise WorkspaceError(f"base_commit {spec.base_commit} given but {repo} is not a git repository")
+    else:
+        source = f"dir:{repo}:{_tree_fingerprint(repo)}"
+    material = "\n".join([TEMPLATE_FORMAT, source, policy.model_dump_json(include={
+        "purge_dirs", "purge_suffixes", "archive_suffixes", "git_history"})])
+    return hashlib.sha256(material.encode()).hexdigest()[:24]
+
+
+def _tree_fingerprint(root: Path) -> str:
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != ".git")
+        for name in sorted(filenames):
+            st = os.lstat(os.path.join(dirpath, name))
+            h.update(f"{os.path.relpath(os.path.join(dirpath, name), root)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def prepare_template(spec: WorkspaceSpec, config: SandboxConfig) -> Template:
+    """Build (or reuse) the scrubbed template of ``spec``. Blocking: call in a thread."""
+    key = _source_key(spec, config.policy)
+    dest = cache_root(config) / "templates" / key
+    with _locks_guard:
+        lock = _locks.setdefault(key, threading.Lock())
+    with lock:
+        marker = dest / ".swe-template"
+        if marker.exists():
+            return Template(dest / "tree", marker.read_text().strip())
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=dest.parent))
+        try:
+            tree = tmp / "tree"
+            tree.mkdir()
+            _export_tree(spec, tree)
+            purge(tree, config.policy)
+            base = _squash_git(tree)
+            verify_scrubbed(tree, base)
+            (tmp / ".swe-template").write_text(base + "\n")
+            try:
+                os.rename(tmp, dest)
+            except OSError:  # another process won the race: use theirs
+                shutil.rmtree(tmp, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return Template(dest / "tree", (dest / ".swe-template").read_text().strip())
+
+
+def _export_tree(spec: WorkspaceSpec, tree: Path) -> None:
+    repo = spec.repo_path.resolve()
+    if (repo / ".git").exists() and spec.base_commit is not None:
+        index = tree.parent / "export-index"
+        env = {"GIT_INDEX_FILE": str(index)}
+        git(repo, "read-tree", spec.base_commit, env=env)
+        git(repo, "checkout-index", "--all", f"--prefix={tree}/", env=env)
+        index.unlink(missing_ok=True)
+    else:
+        shutil.copytree(repo, tree, symlinks=True, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns(".git"))
+
+
+def _is_code_archive(path: Path) -> bool:
+    """True if the archive holds Python source or bytecode (or cannot be inspected)."""
+    code = (".py", ".pyc", ".pyo", ".pyi", ".pyx")
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as zf:
+                return any(n.endswith(code) for n in zf.namelist())
+        if tarfile.is_tarfile(path):
+            with tarfile.open(path) as tf:
+                return any(n.endswith(code) for n in tf.getnames())
+    except (OSError, zipfile.BadZipFile, tarfile.TarError, EOFError, ValueError):
+        return True
+    return True  # a format we cannot look into (7z, rar): assume the worst
+
+
+def purge(tree: Path, policy: HardeningPolicy) -> list[str]:
+    """Remove bytecode, caches and archives of code from ``tree``; return what went."""
+    removed: list[str] = []
+    dirs, suffixes, archives = set(policy.purge_dirs), tuple(policy.purge_suffixes), tuple(policy.archive_suffixes)
+    for dirpath, dirnames, filenames in os.walk(tree):
+        for d in list(dirnames):
+            if d in dirs or d == ".git":
+                full = os.path.join(dirpath, d)
+                (os.unlink if os.path.islink(full) else shutil.rmtree)(full)
+                removed.append(os.path.relpath(full, tree))
+                dirnames.remove(d)
+        for name in filenames:
+            full = Path(dirpath, name)
+            lower = name.lower()
+            if lower.endswith(suffixes) or (lower.endswith(archives) and not full.is_symlink() and _is_code_archive(full)):
+                full.unlink()
+                removed.append(str(full.relative_to(tree)))
+    return removed
+
+
+def _squash_git(tree: Path) -> str:
+    git(tree, "init", "--quiet", "--initial-branch=main")
+    git(tree, "config", "core.logAllRefUpdates", "false")
+    git(tree, "add", "--all", "--force", ".")
+    git(tree, "commit", "--quiet", "--no-verify", "--allow-empty", "-m", "base")
+    shutil.rmtree(tree / ".git" / "logs", ignore_errors=True)
+    shutil.rmtree(tree / ".git" / "hooks", ignore_errors=True)
+    (tree / ".git" / "hooks").mkdir()
+    return git(tree, "rev-parse", "HEAD").strip()
+
+
+def verify_scrubbed(tree: Path, base: str) -> None:
+    """Fail unless the repository holds exactly the base commit and nothing else."""
+    refs = git(tree, "for-each-ref", "--format=%(refname)").split()
+    if refs != ["refs/heads/main"]:
+        raise WorkspaceError(f"unexpected refs in the template: {refs}")
+    if git(tree, "rev-list", "--all").split() != [base]:
+        raise WorkspaceError("the template holds more than the base commit")
+    reachable = {line.split()[0] for line in git(tree, "rev-list", "--objects", "--all").splitlines() if line}
+    stored = set(git(tree, "cat-file", "--batch-all-objects", "--batch-check=%(objectname)").split())
+    if stored - reachable:
+        raise WorkspaceError(f"{len(stored - reachable)} unreachable objects in the template")
+    for leftover in ("logs", "packed-refs", "ORIG_HEAD", "FETCH_HEAD", "refs/stash", "shallow"):
+        if (tree / ".git" / leftover).exists():
+            raise WorkspaceError(f".git/{leftover} survived the scrub")
+    for dirpath, dirnames, filenames in os.walk(tree):
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in filenames:
+            if name.endswith((".pyc", ".pyo")):
+                raise WorkspaceError(f"bytecode survived the scrub: {name}")

@@ -1,0 +1,379 @@
+"""Asyncio client of the env server's multiplexed WebSocket (`/mux`, docs/contracts.md).
+
+One connection per env replica carries many sessions. Every frame has a client-chosen
+`request_id`; replies are matched by id, so replies of different sessions may interleave
+and a reply that arrives after its request timed out is dropped instead of desyncing the
+stream. When a connection drops, the client reconnects and re-sends the requests still in
+flight under the same ids (the server answers a repeated id from its cache, so nothing
+runs twice); when the replica stays unreachable, the replica is marked dead, in-flight
+requests fail with `EnvConnectionError`, and the pool stops placing sessions on it.
+`max_in_flight` bounds the requests outstanding on one connection (backpressure).
+
+Errors: one root (`EnvClientError`); each also subclasses the matching stdlib type;
+server error codes come back as their own classes (a trainer can tell CAPACITY_REACHED
+from EXECUTION_ERROR).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import uuid
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "ClientConfig",
+    "EnvCapacityError",
+    "EnvClientError",
+    "EnvConnectionError",
+    "EnvServerError",
+    "EnvSessionError",
+    "EnvTimeoutError",
+    "MuxConnection",
+    "NoLiveReplicaError",
+    "RemoteSession",
+    "ReplicaPool",
+    "mux_url",
+]
+
+
+class EnvClientError(Exception):
+    """Root of every env-client failure."""
+
+
+class EnvConnectionError(EnvClientError, ConnectionError):
+    """The replica could not be reached, or the connection was lost and not recovered."""
+
+
+class NoLiveReplicaError(EnvConnectionError):
+    """Every replica of the pool is dead."""
+
+
+class EnvTimeoutError(EnvClientError, TimeoutError):
+    """No reply within the request timeout."""
+
+
+class EnvServerError(EnvClientError):
+    """An `error` frame from the server; `code` is the wire code."""
+
+    def __init__(self, code: str, message: str, data: dict | None = None):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.data = data or {}
+
+
+class EnvCapacityError(EnvServerError):
+    """CAPACITY_REACHED: the replica has no free session slot."""
+
+
+class EnvSessionError(EnvServerError, LookupError):
+    """The session is unknown, closed, or broken on the server."""
+
+
+_ERRORS_BY_CODE: dict[str, type[EnvServerError]] = {
+    "CAPACITY_REACHED": EnvCapacityError,
+    "SESSION_ERROR": EnvSessionError,
+    "SESSION_NOT_FOUND": EnvSessionError,
+    "UNKNOWN_SESSION": EnvSessionError,
+    "SESSION_CLOSED": EnvSessionError,
+}
+
+
+def server_error(data: dict) -> EnvServerError:
+    """The typed exception for an `error` frame's data."""
+    code = str(data.get("code", "UNKNOWN"))
+    return _ERRORS_BY_CODE.get(code, EnvServerError)(code, str(data.get("message", "")), data)
+
+
+class ClientConfig(BaseModel):
+    """Timeouts, retry and flow-control settings of the env client."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    request_timeout_s: float = Field(600.0, gt=0, description="reply deadline of one request (tests can be slow)")
+    reset_timeout_s: float = Field(900.0, gt=0, description="reply deadline of a reset (sandbox boot)")
+    connect_timeout_s: float = Field(10.0, gt=0)
+    reconnect_attempts: int = Field(3, ge=0, description="tries after a drop before the replica is declared dead")
+    reconnect_backoff_s: float = Field(0.5, ge=0, description="first back-off; doubles per try")
+    max_in_flight: int = Field(256, gt=0, description="outstanding requests per connection (backpressure)")
+    ping_interval_s: float | None = Field(20.0, description="WebSocket keepalive; None disables")
+    ping_timeout_s: float | None = Field(60.0)
+    max_frame_bytes: int = Field(100 * 1024 * 1024, gt=0)
+
+
+def mux_url(url: str) -> str:
+    """`http://h:p[/base]` or `ws://h:p[/base]` -> `ws://h:p[/base]/mux` (an explicit /mux is kept)."""
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
+    path = parts.path.rstrip("/")
+    if not path.endswith("/mux"):
+        path += "/mux"
+    return urlunsplit((scheme, parts.netloc, path, "", ""))
+
+
+class MuxConnection:
+    """One WebSocket to one replica, shared by all sessions placed there."""
+
+    def __init__(self, url: str, config: ClientConfig = ClientConfig()):
+        self.url = mux_url(url)
+        self.config = config
+        self.dead = False
+        self.reconnects = 0
+        self._ws: Any = None
+        self._reader: asyncio.Task | None = None
+        self._pending: dict[str, tuple[dict, asyncio.Future]] = {}
+        self._slots = asyncio.Semaphore(config.max_in_flight)
+        self._connect_lock = asyncio.Lock()
+        self._closing = False
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    async def _open(self) -> Any:
+        from websockets.asyncio.client import connect
+
+        return await asyncio.wait_for(
+            connect(
+                self.url,
+                max_size=self.config.max_frame_bytes,
+                ping_interval=self.config.ping_interval_s,
+                ping_timeout=self.config.ping_timeout_s,
+                open_timeout=self.config.connect_timeout_s,
+            ),
+            self.config.connect_timeout_s,
+        )
+
+    async def connect(self) -> None:
+        """Open the socket (idempotent); raises EnvConnectionError if the replica is unreachable."""
+        async with self._connect_lock:
+            if self.dead:
+                raise EnvConnectionError(f"replica {self.url} is dead")
+            if self._ws is not None:
+                return
+            delay = self.config.reconnect_backoff_s
+            for attempt in range(self.config.reconnect_attempts + 1):
+                try:
+                    self._ws = await self._open()
+                    break
+                except Exception as exc:  # noqa: BLE001 - any failure means unreachable
+                    if attempt == self.config.reconnect_attempts:
+                        self._mark_dead(exc)
+                        raise EnvConnectionError(f"cannot connect to {self.url}: {exc!r}") from exc
+                    await asyncio.sleep(delay)
+                    delay *= 2
+            self._reader = asyncio.create_task(self._read_loop(), name=f"mux-reader {self.url}")
+
+    async def request(
+        self,
+        session_id: str,
+        type_: str,
+        data: dict | None = None,
+        *,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> dict:
+        """Send one request and return the reply frame's `data`; raise the typed error otherwise."""
+        async with self._slots:
+            await self.connect()
+            rid = request_id or uuid.uuid4().hex
+            frame = {"request_id": rid, "session_id": session_id, "type": type_, "data": data or {}}
+            future: asyncio.Future = asyncio.get_running_loop().create_future()
+            self._pending[rid] = (frame, future)
+            try:
+                await self._send(frame)
+                reply = await asyncio.wait_for(future, timeout_s or self.config.request_timeout_s)
+            except asyncio.TimeoutError as exc:
+                raise EnvTimeoutError(f"{type_} on session {session_id} timed out ({self.url})") from exc
+            finally:
+                self._pending.pop(rid, None)
+        if reply.get("type") == "error":
+            raise server_error(reply.get("data") or {})
+        return reply
+
+    async def _send(self, frame: dict) -> None:
+        """Send on the current socket; a closed socket is left to the reader (it re-sends pending frames)."""
+        from websockets.exceptions import ConnectionClosed
+
+        ws = self._ws
+        if ws is None:
+            return
+        try:
+            await ws.send(json.dumps(frame))
+        except ConnectionClosed:
+            pass
+
+    async def _read_loop(self) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        while True:
+            try:
+                async for raw in self._ws:
+                    msg = json.loads(raw)
+                    entry = self._pending.get(msg.get("request_id"))
+                    if entry is not None and not entry[1].done():
+                        entry[1].set_result(msg)
+                    # else: a late reply to a request that timed out, or a duplicate: dropped
+            except ConnectionClosed:
+                pass
+            except Exception as exc:  # noqa: BLE001 - a malformed frame breaks the stream
+                self._mark_dead(exc)
+                return
+            if self._closing:
+                return
+            if not await self._reconnect():
+                return
+            for frame, future in list(self._pending.values()):
+                if not future.done():
+                    await self._send(frame)
+
+    async def _reconnect(self) -> bool:
+        delay = self.config.reconnect_backoff_s
+        last: BaseException | None = None
+        for _ in range(self.config.reconnect_attempts):
+            await asyncio.sleep(delay)
+            delay *= 2
+            try:
+                self._ws = await self._open()
+                self.reconnects += 1
+                return True
+            except Exception as exc:  # noqa: BLE001
+                last = exc
+        self._mark_dead(last or ConnectionError("connection lost"))
+        return False
+
+    def _mark_dead(self, exc: BaseException) -> None:
+        self.dead = True
+        self._ws = None
+        for _, future in list(self._pending.values()):
+            if not future.done():
+                future.set_exception(EnvConnectionError(f"replica {self.url} lost: {exc!r}"))
+
+    async def close(self) -> None:
+        self._closing = True
+        ws, self._ws = self._ws, None
+        for _, future in list(self._pending.values()):
+            if not future.done():
+                future.set_exception(EnvConnectionError(f"connection to {self.url} closed by the client"))
+        if ws is not None:
+            await ws.close()
+        if self._reader is not None:
+            self._reader.cancel()
+            try:
+                await self._reader
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                pass
+
+
+def observation_from_reply(reply: dict) -> dict:
+    """Flatten an `observation` reply: OpenEnv's envelope lifts reward/done out of the observation."""
+    data = reply.get("data") or {}
+    if "observation" in data and isinstance(data["observation"], dict):
+        obs = dict(data["observation"])
+        if data.get("reward") is not None or "reward" not in obs:
+            obs["reward"] = data.get("reward")
+        obs["done"] = bool(data.get("done", obs.get("done", False)))
+        if data.get("metadata"):
+            obs["metadata"] = {**data["metadata"], **(obs.get("metadata") or {})}
+    else:
+        obs = dict(data)
+    obs.setdefault("metadata", {})
+    return obs
+
+
+class RemoteSession:
+    """One env session on one replica (sticky: all its requests go to that replica)."""
+
+    def __init__(self, connection: MuxConnection, session_id: str | None = None):
+        self.connection = connection
+        self.session_id = session_id or uuid.uuid4().hex
+        self._ids = itertools.count()
+        self.closed = False
+
+    def _next_id(self) -> str:
+        return f"{self.session_id}:{next(self._ids)}"
+
+    async def _call(self, type_: str, data: dict | None, timeout_s: float | None = None) -> dict:
+        return await self.connection.request(
+            self.session_id, type_, data, request_id=self._next_id(), timeout_s=timeout_s
+        )
+
+    async def reset(self, **kwargs: Any) -> dict:
+        reply = await self._call("reset", kwargs, self.connection.config.reset_timeout_s)
+        return observation_from_reply(reply)
+
+    async def step(self, action: dict, timeout_s: float | None = None) -> dict:
+        return observation_from_reply(await self._call("step", action, timeout_s))
+
+    async def call_tool(self, tool_name: str, arguments: dict, timeout_s: float | None = None) -> dict:
+        action = {"type": "call_tool", "tool_name": tool_name, "arguments": arguments}
+        return await self.step(action, timeout_s)
+
+    async def state(self, t: int | None = None) -> dict:
+        reply = await self._call("state", {} if t is None else {"t": t})
+        return reply.get("data") or {}
+
+    async def close(self) -> None:
+        """Close on the server; best effort (a dead replica has nothing left to close)."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            await self._call("close", {}, timeout_s=30.0)
+        except EnvClientError:
+            pass
+
+
+class ReplicaPool:
+    """Sessions spread over env replicas; a dead replica is taken out of rotation."""
+
+    def __init__(self, urls: list[str] | tuple[str, ...], config: ClientConfig = ClientConfig()):
+        if not urls:
+            raise ValueError("ReplicaPool needs at least one env URL")
+        self.config = config
+        self.connections = [MuxConnection(u, config) for u in urls]
+        self._sessions: dict[MuxConnection, int] = {c: 0 for c in self.connections}
+        self._rr = itertools.count()
+
+    @property
+    def live(self) -> list[MuxConnection]:
+        return [c for c in self.connections if not c.dead]
+
+    def _candidates(self) -> list[MuxConnection]:
+        live = self.live
+        if not live:
+            raise NoLiveReplicaError("no live env replica: " + ", ".join(c.url for c in self.connections))
+        start = next(self._rr)
+        rotated = live[start % len(live):] + live[: start % len(live)]
+        return sorted(rotated, key=lambda c: self._sessions[c])  # stable: least-loaded, then round robin
+
+    async def open_session(self, **reset_kwargs: Any) -> tuple[RemoteSession, dict]:
+        """Create a session (reset) on the least-loaded live replica, falling over to the next
+        one on a connection failure or a full replica. Returns (session, first observation)."""
+        last: EnvClientError | None = None
+        for connection in self._candidates():
+            session = RemoteSession(connection)
+            try:
+                obs = await session.reset(**reset_kwargs)
+            except (EnvConnectionError, EnvCapacityError) as exc:
+                last = exc
+                continue
+            self._sessions[connection] += 1
+            return session, obs
+        if isinstance(last, EnvCapacityError):
+            raise last
+        raise NoLiveReplicaError(f"no replica could open a session: {last!r}") from last
+
+    async def release(self, session: RemoteSession) -> None:
+        """Close a session and free its slot in the placement count."""
+        if session.connection in self._sessions and not session.closed:
+            self._sessions[session.connection] = max(0, self._sessions[session.connection] - 1)
+        await session.close()
+
+    async def close(self) -> None:
+        await asyncio.gather(*(c.close() for c in self.connections), return_exceptions=True)

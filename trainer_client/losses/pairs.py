@@ -1,0 +1,167 @@
+"""Replayed preference pairs: the JSONL records, their chat-template rendering, a sampler.
+
+A record (written by the teacher-replay issue):
+  {"state_id", "messages": [chat], "tools": [OpenAI function schemas],
+   "chosen": {"tool_name", "arguments"}, "rejected": {...}, "n_teachers_agreeing",
+   "provenance": {...}}
+The state is rendered with the tokenizer's chat template (tools included, generation
+prompt added); chosen and rejected become assistant tool-call turns rendered the same way,
+and the response is the token difference.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+__all__ = ["EncodedPair", "PairSampler", "PreferencePair", "ToolAction", "collate_pairs", "encode_pair", "load_pairs"]
+
+
+def _arguments(args: Any) -> dict:
+    if isinstance(args, str):  # OpenAI wire format carries arguments as a JSON string
+        args = json.loads(args) if args.strip() else {}
+    if not isinstance(args, dict):
+        raise ValueError(f"tool-call arguments must be an object, got {type(args).__name__}")
+    return args
+
+
+@dataclass(frozen=True)
+class ToolAction:
+    tool_name: str
+    arguments: dict
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ToolAction":
+        return cls(tool_name=str(d["tool_name"]), arguments=_arguments(d.get("arguments", {})))
+
+    def as_message(self) -> dict:
+        call = {"type": "function", "function": {"name": self.tool_name, "arguments": self.arguments}}
+        return {"role": "assistant", "content": "", "tool_calls": [call]}
+
+
+@dataclass(frozen=True)
+class PreferencePair:
+    state_id: str
+    messages: list[dict]
+    tools: list[dict]
+    chosen: ToolAction
+    rejected: ToolAction
+    n_teachers_agreeing: int = 0
+    provenance: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "PreferencePair":
+        return cls(
+            state_id=str(d["state_id"]),
+            messages=[_normalize_message(m) for m in d["messages"]],
+            tools=list(d.get("tools") or []),
+            chosen=ToolAction.from_dict(d["chosen"]),
+            rejected=ToolAction.from_dict(d["rejected"]),
+            n_teachers_agreeing=int(d.get("n_teachers_agreeing", 0)),
+            provenance=dict(d.get("provenance") or {}),
+        )
+
+
+def _normalize_message(m: Mapping[str, Any]) -> dict:
+    m = dict(m)
+    if m.get("tool_calls"):
+        calls = []
+        for c in m["tool_calls"]:
+            fn = dict(c.get("function", c))
+            fn["arguments"] = _arguments(fn.get("arguments", {}))
+            calls.append({**c, "function": fn})
+        m["tool_calls"] = calls
+    if m.get("content") is None:
+        m["content"] = ""
+    return m
+
+
+def load_pairs(path: str | Path) -> list[PreferencePair]:
+    """All records of a pairs JSONL (blank lines skipped; a bad line names its number)."""
+    pairs = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                pairs.append(PreferencePair.from_dict(json.loads(line)))
+            except (KeyError, ValueError, TypeError) as e:
+                raise ValueError(f"{path}:{n}: bad pair record: {e}") from e
+    return pairs
+
+
+@dataclass(frozen=True)
+class EncodedPair:
+    index: int  # position in the dataset (the reference-log-prob cache key)
+    prompt_ids: list[int]
+    chosen_ids: list[int]
+    rejected_ids: list[int]
+
+
+def _response_ids(tokenizer: Any, pair: PreferencePair, action: ToolAction, prompt_text: str) -> list[int]:
+    full = tokenizer.apply_chat_template(
+        pair.messages + [action.as_message()], tools=pair.tools or None, tokenize=False
+    )
+    if not full.startswith(prompt_text):
+        raise ValueError(f"pair {pair.state_id}: chat template is not prefix-preserving")
+    return list(tokenizer(full[len(prompt_text) :], add_special_tokens=False)["input_ids"])
+
+
+def encode_pair(tokenizer: Any, pair: PreferencePair, index: int, max_length: int = 4096) -> EncodedPair:
+    """Render and tokenize a pair; prompts too long for `max_length` keep their newest tokens."""
+    prompt_text = tokenizer.apply_chat_template(
+        pair.messages, tools=pair.tools or None, tokenize=False, add_generation_prompt=True
+    )
+    prompt = list(tokenizer(prompt_text, add_special_tokens=False)["input_ids"])
+    chosen = _response_ids(tokenizer, pair, pair.chosen, prompt_text)
+    rejected = _response_ids(tokenizer, pair, pair.rejected, prompt_text)
+    room = max_length - max(len(chosen), len(rejected))
+    if room < 1:
+        raise ValueError(f"pair {pair.state_id}: responses alone exceed max_length={max_length}")
+    return EncodedPair(index, prompt[-room:], chosen, rejected)
+
+
+class PairSampler:
+    """k pairs per step: a seeded shuffle, without replacement within an epoch."""
+
+    def __init__(self, n: int, k: int, seed: int = 0):
+        if n < 1 or k < 1:
+            raise ValueError("PairSampler needs n >= 1 and k >= 1")
+        self.n, self.k = n, k
+        self._rng = random.Random(seed)
+        self._order: list[int] = []
+
+    def next(self) -> list[int]:
+        out: list[int] = []
+        while len(out) < min(self.k, self.n):
+            if not self._order:
+                self._order = list(range(self.n))
+                self._rng.shuffle(self._order)
+            idx = self._order.pop()
+            if idx not in out:
+                out.append(idx)
+        return out
+
+    def __iter__(self) -> Iterator[list[int]]:
+        while True:
+            yield self.next()
+
+
+def collate_pairs(pairs: Sequence[EncodedPair], pad_token_id: int = 0):
+    """input_ids/attention_mask/response_mask (2P, L): chosen rows first, then rejected, right-padded."""
+    import torch
+
+    seqs = [(p.prompt_ids, p.chosen_ids) for p in pairs] + [(p.prompt_ids, p.rejected_ids) for p in pairs]
+    width = max(len(a) + len(b) for a, b in seqs)
+    ids = torch.full((len(seqs), width), pad_token_id, dtype=torch.long)
+    attn = torch.zeros((len(seqs), width), dtype=torch.long)
+    resp = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, (prompt, response) in enumerate(seqs):
+        n = len(prompt) + len(response)
+        ids[i, :n] = torch.tensor(prompt + response, dtype=torch.long)
+        attn[i, :n] = 1
+        resp[i, len(prompt) : n] = 1
+    return ids, attn, resp

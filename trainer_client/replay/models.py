@@ -1,0 +1,96 @@
+"""Typed records at the replay boundaries: trace states in, call records and pairs out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ToolAction(BaseModel):
+    """One tool call in the env's action schema (docs/contracts.md "Actions")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool_name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class StateRecord(BaseModel):
+    """state(t) of one episode, as the env server exports it.
+
+    `messages` and `tools` stay plain JSON values so that what the teacher receives
+    is exactly what the student saw (no defaults added, no keys reordered).
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    episode_id: str
+    instance_id: str = ""
+    t: int
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    observation: dict[str, Any] = Field(default_factory=dict)
+    diff: str = ""
+    next_action: ToolAction | None = None
+
+    @property
+    def state_id(self) -> str:
+        return f"{self.episode_id}:{self.t}"
+
+    @property
+    def obs_metadata(self) -> dict[str, Any]:
+        meta = self.observation.get("metadata")
+        return meta if isinstance(meta, dict) else {}
+
+
+class CallRecord(BaseModel):
+    """One teacher call (all its attempts): what it cost and what came back."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    teacher: str
+    model: str
+    state_id: str
+    ok: bool
+    action: ToolAction | None = None
+    error: str | None = None
+    """None on success; else a kind: budget_exhausted, http_429, http_5xx, http_4xx,
+    timeout, transport, malformed_json, no_tool_call, bad_arguments, unknown_tool."""
+    error_detail: str | None = None
+    attempts: int = 0
+    latency_s: float = 0.0
+    """Wall time of the whole call, retries and backoff included."""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    cost_estimated: bool = False
+    """True when some attempt was charged its worst case (no usage reported, or unknown outcome)."""
+
+
+class PairProvenance(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    episode_id: str
+    t: int
+    instance_id: str = ""
+    teachers: list[str]
+    """Every teacher queried for this state, in config order."""
+    agreeing: list[str] = Field(default_factory=list)
+    """The teachers whose canonical action equals `chosen`."""
+    costs: dict[str, float] = Field(default_factory=dict)
+    """USD spent per teacher on this state."""
+
+
+class PreferencePair(BaseModel):
+    """One (chosen, rejected) pair for the channel-3 preference loss (one JSONL line)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    state_id: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    chosen: ToolAction
+    rejected: ToolAction
+    n_teachers_agreeing: int
+    provenance: PairProvenance
