@@ -107,6 +107,13 @@ class BwrapSandbox(Sandbox):
                                              config.limits.memory_mb)
             if cgroup is None and config.policy.cgroups is LayerMode.required:
                 raise SandboxStartError("cgroups are required by the policy but cannot be created here")
+        # The arguments go in through a pipe (--args), so /proc/1/cmdline inside
+        # the jail shows no host paths.
+        split = argv.index("--")
+        args_r, args_w = os.pipe()
+        os.write(args_w, b"".join(a.encode() + b"\0" for a in argv[1:split]))
+        os.close(args_w)
+        argv = [argv[0], "--args", str(args_r), *argv[split:]]
         if cgroup is not None:  # join the cgroup before bwrap forks anything
             argv = ["/bin/sh", "-c", 'for f in $0; do echo $$ > "$f"; done; exec "$@"',
                     " ".join(cgroup.procs_files), *argv]
@@ -114,11 +121,13 @@ class BwrapSandbox(Sandbox):
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, start_new_session=True, limit=MAX_LINE,
-                env={"PATH": "/usr/bin:/bin"})
+                env={"PATH": "/usr/bin:/bin"}, pass_fds=(args_r,))
         except OSError as e:
             if cgroup:
                 cgroup.remove()
             raise SandboxStartError(f"cannot start bwrap: {e}") from e
+        finally:
+            os.close(args_r)
 
         async def write(data: bytes) -> None:
             proc.stdin.write(data)

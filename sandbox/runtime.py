@@ -92,6 +92,10 @@ def build_overlay_workspace(cfg: dict) -> None:
            "lowerdir=%s,upperdir=%s/u,workdir=%s/w,userxattr" % (cfg["template"], upper, upper))
     if os.path.isdir("/dev/shm"):
         _mount("tmpfs", "/dev/shm", "tmpfs", flags, "size=64m,mode=1777")
+    # bwrap's /dev is a writable, executable tmpfs: a place for `ld.so /dev/x`.
+    # Make it read-only and noexec (the device nodes are mounts of their own).
+    MS_REMOUNT, MS_BIND = 32, 4096
+    _mount("none", "/dev", "", MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
     # The overlay keeps its own reference to the lower dir: hide the path itself.
     _mount("tmpfs", cfg["template"], "tmpfs", MS_RDONLY | flags, "size=4k")
 

@@ -25,11 +25,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from env_server.protocol import MUX_SUBPROTOCOL, ErrorCode  # public wire types only
+
 __all__ = [
     "ClientConfig",
     "EnvCapacityError",
     "EnvClientError",
     "EnvConnectionError",
+    "EnvSandboxError",
     "EnvServerError",
     "EnvSessionError",
     "EnvTimeoutError",
@@ -75,12 +78,18 @@ class EnvSessionError(EnvServerError, LookupError):
     """The session is unknown, closed, or broken on the server."""
 
 
+class EnvSandboxError(EnvServerError):
+    """SANDBOX_ERROR: an infrastructure failure on the replica; the session may be gone."""
+
+
 _ERRORS_BY_CODE: dict[str, type[EnvServerError]] = {
-    "CAPACITY_REACHED": EnvCapacityError,
-    "SESSION_ERROR": EnvSessionError,
-    "SESSION_NOT_FOUND": EnvSessionError,
-    "UNKNOWN_SESSION": EnvSessionError,
-    "SESSION_CLOSED": EnvSessionError,
+    ErrorCode.CAPACITY_REACHED.value: EnvCapacityError,
+    ErrorCode.SESSION_ERROR.value: EnvSessionError,
+    ErrorCode.SESSION_NOT_FOUND.value: EnvSessionError,
+    ErrorCode.SESSION_CLOSED.value: EnvSessionError,
+    ErrorCode.NO_EPISODE.value: EnvSessionError,
+    ErrorCode.EPISODE_DONE.value: EnvSessionError,
+    ErrorCode.SANDBOX_ERROR.value: EnvSandboxError,
 }
 
 
@@ -142,6 +151,7 @@ class MuxConnection:
             connect(
                 self.url,
                 max_size=self.config.max_frame_bytes,
+                subprotocols=[MUX_SUBPROTOCOL],
                 ping_interval=self.config.ping_interval_s,
                 ping_timeout=self.config.ping_timeout_s,
                 open_timeout=self.config.connect_timeout_s,

@@ -29,7 +29,8 @@ def base_python() -> str:
     explicit = os.environ.get("SWE_OPENENV_TASK_PYTHON")
     if explicit:
         return explicit
-    return shutil.which("python3", path=os.defpath) or sys._base_executable  # type: ignore[attr-defined]
+    found = shutil.which("python3", path=os.defpath) or sys._base_executable  # type: ignore[attr-defined]
+    return os.path.realpath(found)
 
 
 def _run(cmd: list[str], what: str) -> str:

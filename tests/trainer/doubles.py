@@ -19,6 +19,8 @@ import socket
 import threading
 from dataclasses import dataclass, field
 
+from env_server.protocol import MUX_SUBPROTOCOL
+
 TOOLS = ["bash", "view", "str_replace", "create", "submit"]
 
 
@@ -64,7 +66,9 @@ class MuxServerDouble:
         from websockets.asyncio.server import serve
 
         async def _start():
-            self._server = await serve(self._handle, "127.0.0.1", self.port, max_size=2**26)
+            self._server = await serve(
+                self._handle, "127.0.0.1", self.port, max_size=2**26, subprotocols=[MUX_SUBPROTOCOL]
+            )
 
         self._run(_start())
 

@@ -88,7 +88,7 @@ def test_reconnect_resends_in_flight_request_without_rerunning(server):
         await session.reset(instance_id="t")
         call = asyncio.create_task(session.call_tool("bash", {"command": "sleep 0.4"}))
         await asyncio.sleep(0.1)
-        server.drop_connections()
+        await asyncio.to_thread(server.drop_connections)
         obs = await call
         assert obs["output"] == "slept"
         assert conn.reconnects == 1
@@ -132,7 +132,7 @@ def test_dead_replica_leaves_rotation(server):
             urls = {s.connection.url for s in sessions}
             assert len(urls) == 2  # spread over the two live replicas; the unreachable one is dead
             assert len(pool.live) == 2
-            other.stop()
+            await asyncio.to_thread(other.stop)
             victims = [s for s in sessions if s.connection.url == mux_url(other.url)]
             survivors = [s for s in sessions if s not in victims]
             with pytest.raises(EnvConnectionError):
@@ -142,7 +142,7 @@ def test_dead_replica_leaves_rotation(server):
                 assert (await s.call_tool("bash", {"command": "echo ok"}))["output"] == "ok"
             new, _ = await pool.open_session(instance_id="later")
             assert new.connection.url == mux_url(server.url)
-            server.stop()
+            await asyncio.to_thread(server.stop)
             with pytest.raises(EnvConnectionError):
                 await survivors[0].call_tool("bash", {"command": "echo x"})
             with pytest.raises(NoLiveReplicaError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from dataclasses import dataclass, field
@@ -36,8 +37,10 @@ def actual_cost(teacher: TeacherConfig, prompt_tokens: int, completion_tokens: i
 class Budget:
     """`spent + reserved <= max_total_usd` holds at every moment.
 
-    Reservations are taken synchronously on the event loop (no await between the check
-    and the update), so concurrent calls cannot oversubscribe the ceiling.
+    A call reserves its worst case before it goes out. When the ceiling is only held by
+    calls in flight, the caller waits for them to settle; it is refused only when even
+    the money already spent leaves no room. Check and update happen under one lock, so
+    concurrent calls cannot oversubscribe the ceiling.
     """
 
     max_total_usd: float = math.inf
@@ -48,29 +51,37 @@ class Budget:
     overruns: int = 0
     _next_id: int = 0
     _open: dict[int, float] = field(default_factory=dict)
+    _cond: asyncio.Condition = field(default_factory=asyncio.Condition)
 
-    def try_reserve(self, amount: float) -> int | None:
-        """A reservation id, or None when `amount` does not fit under the ceiling."""
-        if self.spent + self.reserved + amount > self.max_total_usd:
-            self.refused += 1
-            return None
-        self._next_id += 1
-        self._open[self._next_id] = amount
-        self.reserved += amount
-        self.peak_committed = max(self.peak_committed, self.spent + self.reserved)
-        return self._next_id
+    async def reserve(self, amount: float) -> int | None:
+        """A reservation id, or None when `amount` cannot fit even after calls in flight settle."""
+        async with self._cond:
+            while True:
+                if self.spent + amount > self.max_total_usd:
+                    self.refused += 1
+                    return None
+                if self.spent + self.reserved + amount <= self.max_total_usd:
+                    break
+                await self._cond.wait()
+            self._next_id += 1
+            self._open[self._next_id] = amount
+            self.reserved += amount
+            self.peak_committed = max(self.peak_committed, self.spent + self.reserved)
+            return self._next_id
 
-    def settle(self, reservation: int, cost: float) -> None:
+    async def settle(self, reservation: int, cost: float) -> None:
         """Release a reservation and charge the actual `cost`.
 
         An actual cost above the reservation (a server billing more output tokens than
         the `max_tokens` it was sent) is charged as is and counted in `overruns`.
         """
-        amount = self._open.pop(reservation)
-        self.reserved = max(0.0, self.reserved - amount)
-        if cost > amount:
-            self.overruns += 1
-        self.spent += max(cost, 0.0)
+        async with self._cond:
+            amount = self._open.pop(reservation)
+            self.reserved = max(0.0, self.reserved - amount) if self._open else 0.0
+            if cost > amount:
+                self.overruns += 1
+            self.spent += max(cost, 0.0)
+            self._cond.notify_all()
 
     @property
     def remaining(self) -> float:

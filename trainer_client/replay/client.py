@@ -134,19 +134,27 @@ class TeacherClient:
         rec = CallRecord(teacher=self.cfg.name, model=self.cfg.model, state_id=state.state_id, ok=False)
         while True:
             async with self._sem:
-                rid = self.budget.try_reserve(worst)
+                rid = await self.budget.reserve(worst)
                 if rid is None:
                     last = f" (last error: {rec.error})" if rec.error else ""
                     rec.error, rec.error_detail = "budget_exhausted", f"needs ${worst:.6f}{last}"
                     break
                 rec.attempts += 1
-                att = await self._attempt(body, worst, allowed)
-                self.budget.settle(rid, att.cost)
+                charge = worst  # if the attempt is cancelled midway, assume it was billed
+                t0 = time.monotonic()
+                try:
+                    att = await self._attempt(body, worst, allowed)
+                    charge = att.cost
+                finally:
+                    rec.latency_s += time.monotonic() - t0
+                    await self.budget.settle(rid, charge)
             rec.cost_usd += att.cost
             rec.cost_estimated |= att.estimated
             rec.prompt_tokens += att.prompt_tokens
             rec.completion_tokens += att.completion_tokens
             rec.error, rec.error_detail = att.error, att.detail and self._redact(att.detail)
+            if att.error:
+                rec.attempt_errors.append(att.error)
             if att.action is not None:
                 rec.ok, rec.action = True, att.action
                 break
@@ -156,7 +164,7 @@ class TeacherClient:
             log.info("teacher %s: %s on %s, retry %d in %.2fs", self.cfg.name, att.error,
                      state.state_id, rec.attempts, delay)
             await self._sleep(delay)
-        rec.latency_s = time.monotonic() - start
+        rec.wall_s = time.monotonic() - start
         return rec
 
     def _backoff(self, attempts: int, retry_after: float | None) -> float:

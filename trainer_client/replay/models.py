@@ -59,8 +59,12 @@ class CallRecord(BaseModel):
     timeout, transport, malformed_json, no_tool_call, bad_arguments, unknown_tool."""
     error_detail: str | None = None
     attempts: int = 0
+    attempt_errors: list[str] = Field(default_factory=list)
+    """The error kind of every failed attempt, retried ones included."""
     latency_s: float = 0.0
-    """Wall time of the whole call, retries and backoff included."""
+    """Time spent in HTTP requests (all attempts), excluding queueing and backoff."""
+    wall_s: float = 0.0
+    """The whole call: waiting for a concurrency slot and budget, retries and backoff."""
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0

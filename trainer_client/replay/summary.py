@@ -29,6 +29,7 @@ class TeacherStats(BaseModel):
     latency_p95_s: float | None = None
     latency_max_s: float | None = None
     errors: dict[str, int] = {}
+    attempt_errors: dict[str, int] = {}
 
 
 class ReplaySummary(BaseModel):
@@ -44,6 +45,9 @@ class ReplaySummary(BaseModel):
     calls_ok: int
     retries: int
     errors: dict[str, int]
+    """Final outcome of failed calls, by kind."""
+    attempt_errors: dict[str, int]
+    """Every failed attempt, retried ones included (429s, 5xx, timeouts ...)."""
     cost_usd: float
     budget_usd: float | None
     budget_refusals: int
@@ -66,7 +70,8 @@ class ReplaySummary(BaseModel):
         lines = [
             f"steps: {self.states} states, {self.steps_with_action} with a student action, "
             f"{self.steps_queried} queried, {self.steps_gated_out} gated out",
-            f"calls: {self.calls} ({self.calls_ok} ok, {self.retries} retries); errors: {self.errors or 'none'}",
+            f"calls: {self.calls} ({self.calls_ok} ok, {self.retries} retries); failed: {self.errors or 'none'};"
+            f" failed attempts: {self.attempt_errors or 'none'}",
             f"cost: ${self.cost_usd:.4f}" + (f" of ${self.budget_usd:.4f} budget" if self.budget_usd is not None else "")
             + f" (refused {self.budget_refusals}, peak committed ${self.budget_peak_committed_usd:.4f});"
             f" gating saved ~${self.est_cost_saved_by_gating_usd:.4f} ({self.est_cost_saved_method})",
@@ -75,8 +80,9 @@ class ReplaySummary(BaseModel):
         ]
         for name, t in self.teachers.items():
             lines.append(
-                f"  {name}: {t.ok}/{t.calls} ok, ${t.cost_usd:.4f}, tokens {t.prompt_tokens}/{t.completion_tokens},"
-                f" latency p50 {_fmt(t.latency_p50_s)}s p95 {_fmt(t.latency_p95_s)}s, errors {t.errors or 'none'}"
+                f"  {name}: {t.ok}/{t.calls} ok, ${t.cost_usd:.4f}, tokens in/out {t.prompt_tokens}/{t.completion_tokens},"
+                f" request latency p50 {_fmt(t.latency_p50_s)}s p95 {_fmt(t.latency_p95_s)}s"
+                f" max {_fmt(t.latency_max_s)}s, failed {t.errors or 'none'}"
             )
         lines.append(f"wall: {self.wall_s:.2f}s")
         return "\n".join(lines)
@@ -103,6 +109,7 @@ def _teacher_stats(calls: list[CallRecord]) -> TeacherStats:
         latency_p50_s=_quantile(lat, 0.5), latency_p95_s=_quantile(lat, 0.95),
         latency_max_s=lat[-1] if lat else None,
         errors=dict(Counter(c.error for c in calls if c.error)),
+        attempt_errors=dict(Counter(e for c in calls for e in c.attempt_errors)),
     )
 
 
@@ -138,6 +145,7 @@ def summarize(steps: list[StepResult], teachers: TeachersFile, budget: Budget,
         calls=len(calls), calls_ok=sum(c.ok for c in calls),
         retries=sum(max(0, c.attempts - 1) for c in calls),
         errors=dict(Counter(c.error for c in calls if c.error)),
+        attempt_errors=dict(Counter(e for c in calls for e in c.attempt_errors)),
         cost_usd=cost,
         budget_usd=None if budget.max_total_usd == float("inf") else budget.max_total_usd,
         budget_refusals=budget.refused,

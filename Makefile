@@ -1,0 +1,33 @@
+# Two commands do all set-up on a fresh Debian 12 machine:
+#   make demo   - a short real training run against a real local env server (CPU)
+#   make test   - the test suite
+# Both install what they need first (apt + a project venv); re-running is cheap.
+
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+
+.PHONY: setup system-deps demo test bench clean-venv
+
+system-deps:
+	@bash .ci/system-deps.sh
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch first, pinned to the CPU build that lies on these machines' disk
+	$(BIN)/pip install -q "torch==2.13.0"
+	$(BIN)/pip install -q -e ".[dev]"
+	@rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+setup: system-deps $(STAMP)
+
+demo: setup
+	@bash .ci/demo.sh
+
+test: setup
+	@bash .ci/test.sh
+
+bench: setup
+	$(BIN)/python bench/bench_sandbox.py

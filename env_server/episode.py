@@ -1,0 +1,199 @@
+"""One SWE episode: a task, its sandbox, the step loop and its trace.
+
+``step`` validates the call, runs the tool, attaches error-site markers on
+failures, grades on ``submit`` (or when the step budget runs out) and appends
+the step to the trace before the observation is returned.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from sandbox import SandboxConfig, SandboxError, open_sandbox
+from sandbox.base import Sandbox
+
+from .errors import ProtocolError
+from .grading import GradeCache, GradeResult, grade_submission
+from .markers import ToolFailure, failure
+from .protocol import (Action, CallToolAction, EpisodeState, ErrorCode, ErrorKind, ListToolsAction,
+                       SWEObservation)
+from .tools import TOOL_SPECS, parse_arguments, run_tool
+from .traces import TraceStore, TraceWriter
+from .task import TaskInstance
+
+SYSTEM_PROMPT = (
+    "You are a software engineer fixing an issue in the repository at /workspace. "
+    "Use the tools to explore the code, reproduce the problem, edit files and run tests. "
+    "When the fix is complete, call submit; hidden tests decide whether the issue is resolved."
+)
+MUTATING_TOOLS = frozenset({"bash", "str_replace", "create"})
+
+
+class EpisodeConfig(BaseModel):
+    """Per-episode policy shared by every session of a server."""
+
+    max_steps: int = Field(100, gt=0, description="steps before the episode is graded and ends")
+    grade_mode: Literal["resolved", "pass_rate"] = "resolved"
+    grade_timeout_s: float = Field(900.0, gt=0)
+    trace_diffs: Literal["all", "edits"] = Field(
+        "all", description="record the workspace diff after every mutating step, or only after edit tools")
+    trace_fsync: bool = False
+
+
+class Episode:
+    """Created by :meth:`start`; driven by one session at a time."""
+
+    def __init__(self, episode_id: str, task: TaskInstance, sandbox: Sandbox, sandbox_config: SandboxConfig,
+                 config: EpisodeConfig, trace: TraceWriter, cache: GradeCache | None) -> None:
+        self.episode_id = episode_id
+        self.task = task
+        self.sandbox = sandbox
+        self.sandbox_config = sandbox_config
+        self.config = config
+        self.trace = trace
+        self.cache = cache
+        self.step_count = 0
+        self.done = False
+        self.reward: float | None = None
+        self._recorded_diff = ""  # the last diff written to the trace
+        self._graded_diff: str | None = None
+
+    @classmethod
+    async def start(cls, episode_id: str, task: TaskInstance, store: TraceStore, sandbox_config: SandboxConfig,
+                    config: EpisodeConfig, cache: GradeCache | None = None) -> tuple["Episode", SWEObservation]:
+        """Open the sandbox, write the reset record, return the episode and its first observation."""
+        if store.exists(episode_id):
+            raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"episode_id {episode_id!r} was already used")
+        sandbox = await open_sandbox(task.workspace_spec(), sandbox_config)
+        try:
+            trace = store.writer(episode_id)
+        except BaseException:
+            await sandbox.close()
+            raise
+        ep = cls(episode_id, task, sandbox, sandbox_config, config, trace, cache)
+        tools = [t.mcp() for t in TOOL_SPECS]
+        obs = SWEObservation(output=task.problem_statement, issue=task.problem_statement, tools=tools,
+                             metadata=ep._meta())
+        trace.append({"kind": "reset", "episode_id": episode_id, "instance_id": task.instance_id,
+                      "system": SYSTEM_PROMPT, "issue": task.problem_statement, "tools": tools,
+                      "observation": obs.model_dump(), "diff": "", "time": time.time()})
+        return ep, obs
+
+    def _meta(self, **extra: Any) -> dict[str, Any]:
+        return {"episode_id": self.episode_id, "step": self.step_count, "instance_id": self.task.instance_id,
+                **extra}
+
+    @property
+    def state(self) -> EpisodeState:
+        return EpisodeState(episode_id=self.episode_id, step_count=self.step_count,
+                            instance_id=self.task.instance_id, done=self.done, reward=self.reward)
+
+    async def step(self, action: CallToolAction | ListToolsAction) -> SWEObservation:
+        if self.done:
+            raise ProtocolError(ErrorCode.EPISODE_DONE, "the episode is done; reset to start a new one",
+                                episode_id=self.episode_id)
+        started = time.perf_counter()
+        self.step_count += 1
+        obs, changed = await self._act(action)
+        if not self.done and self.step_count >= self.config.max_steps:
+            grade = await self._grade()
+            obs = self._finish(obs, grade, note=f"[step budget of {self.config.max_steps} used up: "
+                                                "your changes were graded]")
+        diff = await self._trace_diff(changed)
+        self.trace.append({"kind": "step", "t": self.step_count, "action": _action_record(action),
+                           "observation": obs.model_dump(), "diff": diff, "time": time.time(),
+                           "latency_s": round(time.perf_counter() - started, 6)})
+        if self.done:
+            await self.close_sandbox()
+        return obs
+
+    async def _act(self, action: Action) -> tuple[SWEObservation, str | None]:
+        """Run the action; return its observation and the tool that may have changed the workspace."""
+        if isinstance(action, ListToolsAction):
+            return SWEObservation(tools=[t.mcp() for t in TOOL_SPECS], metadata=self._meta()), None
+        name = action.tool_name
+        args = parse_arguments(name, action.arguments)
+        if isinstance(args, ToolFailure):
+            return self._failed(name, "", args), None
+        if name == "submit":
+            grade = await self._grade()
+            return self._finish(SWEObservation(tool_name=name, metadata=self._meta()), grade), None
+        try:
+            outcome = await run_tool(self.sandbox, name, args, blocked_tools=self.sandbox_config.policy.blocked_tools,
+                                     max_timeout_s=self.sandbox_config.limits.max_command_timeout_s)
+        except ValueError as exc:  # the runtime refused the arguments
+            return self._failed(name, "", failure(ErrorKind.invalid_arguments, str(exc))), None
+        except SandboxError as exc:
+            self.done = True
+            return self._failed(name, "", failure(ErrorKind.sandbox_error, f"{type(exc).__name__}: {exc}")), None
+        if outcome.failure is not None:
+            if outcome.failure.kind is ErrorKind.sandbox_error or not self.sandbox.alive:
+                self.done = True
+            return self._failed(name, outcome.output, outcome.failure), ("bash" if name == "bash" else None)
+        changed = name if name in MUTATING_TOOLS else None
+        return SWEObservation(output=outcome.output, tool_name=name, metadata=self._meta()), changed
+
+    def _failed(self, name: str, output: str, fail: ToolFailure) -> SWEObservation:
+        text = output if output else f"Error: {fail.message}"
+        if output and fail.kind not in (ErrorKind.nonzero_exit, ErrorKind.test_failure):
+            text = f"{output}\n[{fail.message}]"
+        return SWEObservation(output=text, tool_name=name, done=self.done, metadata=self._meta(**fail.metadata()))
+
+    async def _grade(self) -> GradeResult:
+        try:
+            diff = await self.sandbox.diff()
+        except SandboxError as exc:
+            return GradeResult(reward=0.0, mode=self.config.grade_mode, error_source="infra",
+                               error=f"could not read the workspace diff: {exc}")
+        self._graded_diff = diff
+        return await grade_submission(self.task, diff, self.sandbox_config, self.config.grade_mode,
+                                      cache=self.cache, timeout_s=self.config.grade_timeout_s)
+
+    def _finish(self, obs: SWEObservation, grade: GradeResult, note: str = "") -> SWEObservation:
+        self.done = True
+        self.reward = grade.reward
+        meta = {**obs.metadata, **grade.metadata()}
+        if grade.error and grade.error_source in ("env", "infra"):
+            kind = ErrorKind.sandbox_error if grade.error_source == "infra" else ErrorKind.grading_error
+            meta.update(failure(kind, grade.error).metadata())
+        summary = (f"Submitted. Hidden tests: {grade.tests_passed} passed, {grade.tests_failed} failed. "
+                   f"Reward {grade.reward:g}.")
+        if grade.error:
+            summary += f" ({grade.error})"
+        output = "\n\n".join(p for p in (obs.output, note.strip(), summary) if p)
+        return obs.model_copy(update={"output": output, "done": True, "reward": grade.reward, "metadata": meta})
+
+    async def _trace_diff(self, changed_by: str | None) -> str | None:
+        """The workspace diff after this step, or None when unchanged (or not tracked)."""
+        if self._graded_diff is not None:
+            diff = self._graded_diff
+        elif changed_by is None or (self.config.trace_diffs == "edits" and changed_by == "bash"):
+            return None
+        else:
+            try:
+                diff = await self.sandbox.diff()
+            except SandboxError:
+                return None
+        if diff == self._recorded_diff:
+            return None
+        self._recorded_diff = diff
+        return diff
+
+    async def close_sandbox(self) -> None:
+        await self.sandbox.close()
+
+    async def close(self) -> None:
+        """Free the sandbox and close the trace (the trace stays on disk)."""
+        try:
+            await self.sandbox.close()
+        finally:
+            self.trace.close()
+
+
+def _action_record(action: Action) -> dict[str, Any]:
+    if isinstance(action, ListToolsAction):
+        return {"type": "list_tools"}
+    return {"type": "call_tool", "tool_name": action.tool_name, "arguments": action.arguments}

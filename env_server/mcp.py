@@ -1,0 +1,75 @@
+"""JSON-RPC 2.0 tool calls (OpenEnv RFC 003): ``POST /mcp`` and ``{"type": "mcp"}`` on /ws.
+
+``tools/list`` needs no session. ``tools/call`` runs a step in the caller's
+session: the /ws connection's own, or over HTTP one made with
+``openenv/session/create`` (closed by ``openenv/session/close`` or the idle timeout).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import ProtocolError
+from .protocol import ErrorCode
+from .service import EnvService, Session
+from .tools import TOOL_SPECS
+
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, SERVER_ERROR = -32700, -32600, -32601, -32602, -32000
+
+
+def _error(req_id: Any, code: int, message: str, data: dict[str, Any] | None = None) -> dict[str, Any]:
+    err: dict[str, Any] = {"code": code, "message": message}
+    if data:
+        err["data"] = data
+    return {"jsonrpc": "2.0", "id": req_id, "error": err}
+
+
+def _ok(req_id: Any, result: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": req_id, "result": result}
+
+
+async def handle_jsonrpc(service: EnvService, body: Any, session: Session | None = None) -> dict[str, Any]:
+    """Answer one JSON-RPC request; every failure is a JSON-RPC error object."""
+    if not isinstance(body, dict) or body.get("jsonrpc") != "2.0" or not isinstance(body.get("method"), str):
+        return _error(body.get("id") if isinstance(body, dict) else None, INVALID_REQUEST,
+                      'Invalid Request: expected {"jsonrpc": "2.0", "method": ..., "params": {...}, "id": ...}')
+    req_id, method, params = body.get("id"), body["method"], body.get("params") or {}
+    if not isinstance(params, dict):
+        return _error(req_id, INVALID_PARAMS, "params must be an object")
+    try:
+        if method == "tools/list":
+            return _ok(req_id, {"tools": [t.mcp() for t in TOOL_SPECS]})
+        if method == "tools/call":
+            return _ok(req_id, await _call(service, params, session))
+        if method == "openenv/session/create":
+            new = service.open_session(attached=False)
+            try:
+                obs = await service.reset(new, params)
+            except BaseException:
+                await service.close_session(new)
+                raise
+            return _ok(req_id, {"session_id": new.id, "observation": obs.envelope()})
+        if method == "openenv/session/close":
+            target = params.get("session_id")
+            if not isinstance(target, str) or (session is not None and target == session.id):
+                return _error(req_id, INVALID_PARAMS, "params.session_id must name an HTTP MCP session")
+            await service.close(service.get(target))
+            return _ok(req_id, {"session_id": target, "closed": True})
+    except ProtocolError as exc:
+        code = INVALID_PARAMS if exc.code in (ErrorCode.SESSION_NOT_FOUND, ErrorCode.TASK_NOT_FOUND,
+                                              ErrorCode.VALIDATION_ERROR, ErrorCode.INVALID_ACTION) else SERVER_ERROR
+        return _error(req_id, code, exc.message, exc.data())
+    return _error(req_id, METHOD_NOT_FOUND, f"Method not found: {method}")
+
+
+async def _call(service: EnvService, params: dict[str, Any], session: Session | None) -> dict[str, Any]:
+    if session is None:
+        sid = params.get("session_id")
+        if not isinstance(sid, str):
+            raise ProtocolError(ErrorCode.VALIDATION_ERROR,
+                                "params.session_id is required over HTTP (create one with openenv/session/create)")
+        session = service.get(sid)
+    name, arguments = params.get("name"), params.get("arguments") or {}
+    obs = await service.step(session, {"type": "call_tool", "tool_name": name, "arguments": arguments})
+    return {"content": [{"type": "text", "text": obs.output}], "isError": "error_kind" in obs.metadata,
+            "structuredContent": {"done": obs.done, "reward": obs.reward, "metadata": obs.metadata}}

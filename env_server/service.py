@@ -1,0 +1,223 @@
+"""Sessions and the operations every transport shares (reset, step, state, close).
+
+Transports (``/ws``, ``/mux``, ``/mcp``) parse frames and format replies; the
+rules live here: capacity, task choice, one request at a time per session,
+idle reaping of detached sessions, and error codes as :class:`ProtocolError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import random
+import time
+import uuid
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from sandbox.models import SandboxError, WorkspaceError
+
+from .config import ServerConfig
+from .episode import Episode
+from .errors import ProtocolError
+from .grading import GradeCache
+from .metrics import Metrics
+from .protocol import Action, EpisodeState, ErrorCode, ResetParams, StateParams, SWEObservation
+from .task import TaskInstance
+from .traces import TraceError, TraceStore, state_at
+
+log = logging.getLogger(__name__)
+_ACTION = TypeAdapter(Action)
+
+
+def _errors(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'data'}: {e['msg']}" for e in exc.errors())
+
+
+class Session:
+    """One client session: at most one live episode, one request at a time.
+
+    ``attached`` sessions belong to a live connection and are never reaped;
+    detached ones (HTTP MCP) are closed after the idle timeout.
+    """
+
+    def __init__(self, session_id: str, attached: bool) -> None:
+        self.id = session_id
+        self.attached = attached
+        self.episode: Episode | None = None
+        self.lock = asyncio.Lock()
+        self.last_active = time.monotonic()
+        self.closed = False
+
+    def touch(self) -> None:
+        self.last_active = time.monotonic()
+
+
+class EnvService:
+    def __init__(self, config: ServerConfig, tasks: list[TaskInstance], metrics: Metrics | None = None) -> None:
+        self.config = config
+        self.tasks = tasks
+        self.by_id = {t.instance_id: t for t in tasks}
+        self.metrics = metrics or Metrics()
+        self.store = TraceStore(config.data_dir, fsync=config.episode.trace_fsync)
+        self.cache = GradeCache()
+        self.sessions: dict[str, Session] = {}
+        self._round_robin = itertools.count()
+
+    # ---------------------------------------------------------------- sessions
+    def open_session(self, session_id: str | None = None, attached: bool = True) -> Session:
+        if len(self.sessions) >= self.config.max_sessions:
+            raise ProtocolError(ErrorCode.CAPACITY_REACHED, "server is at capacity",
+                                active_sessions=len(self.sessions), max_sessions=self.config.max_sessions)
+        sid = session_id or uuid.uuid4().hex
+        if sid in self.sessions:
+            raise ProtocolError(ErrorCode.SESSION_ERROR, f"session {sid!r} already exists")
+        session = self.sessions[sid] = Session(sid, attached)
+        self.metrics.sessions.set(len(self.sessions))
+        return session
+
+    async def close_session(self, session: Session) -> None:
+        """Free the session's sandbox; its trace stays on disk. Idempotent."""
+        session.closed = True
+        if self.sessions.get(session.id) is session:
+            del self.sessions[session.id]
+        self.metrics.sessions.set(len(self.sessions))
+        if session.episode is not None:
+            ep, session.episode = session.episode, None
+            try:
+                await asyncio.shield(ep.close())
+            except Exception:  # noqa: BLE001 - closing must not fail the caller
+                log.exception("closing episode %s failed", ep.episode_id)
+
+    def get(self, session_id: str) -> Session:
+        session = self.sessions.get(session_id)
+        if session is None:
+            raise ProtocolError(ErrorCode.SESSION_NOT_FOUND, f"no session {session_id!r}")
+        return session
+
+    # ---------------------------------------------------------------- operations
+    def pick_task(self, params: ResetParams) -> TaskInstance:
+        if params.instance_id is not None:
+            if params.instance_id not in self.by_id:
+                raise ProtocolError(ErrorCode.TASK_NOT_FOUND, f"no task {params.instance_id!r}")
+            return self.by_id[params.instance_id]
+        if params.index is not None:
+            if params.index >= len(self.tasks):
+                raise ProtocolError(ErrorCode.TASK_NOT_FOUND,
+                                    f"task index {params.index} out of range 0..{len(self.tasks) - 1}")
+            return self.tasks[params.index]
+        if params.seed is not None:
+            return self.tasks[random.Random(params.seed).randrange(len(self.tasks))]
+        return self.tasks[next(self._round_robin) % len(self.tasks)]
+
+    async def reset(self, session: Session, data: dict[str, Any] | None) -> SWEObservation:
+        try:
+            params = ResetParams.model_validate(data or {})
+        except ValidationError as exc:
+            raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"invalid reset: {_errors(exc)}") from None
+        task = self.pick_task(params)
+        async with session.lock:
+            self._check_open(session)
+            if session.episode is not None:
+                old, session.episode = session.episode, None
+                await old.close()
+            try:
+                episode, obs = await Episode.start(params.episode_id or uuid.uuid4().hex, task, self.store,
+                                                   self.config.sandbox, self.config.episode, self.cache)
+            except SandboxError as exc:
+                source = "env" if isinstance(exc, WorkspaceError) else "infra"
+                raise ProtocolError(ErrorCode.SANDBOX_ERROR, f"could not start the sandbox: {exc}",
+                                    error_source=source) from None
+            if session.closed:  # the connection went away while the sandbox started
+                await episode.close()
+                raise ProtocolError(ErrorCode.SESSION_CLOSED, "session closed during reset")
+            session.episode = episode
+            session.touch()
+        self.metrics.resets.inc()
+        return obs
+
+    async def step(self, session: Session, data: dict[str, Any] | None) -> SWEObservation:
+        try:
+            action = _ACTION.validate_python(data)
+        except ValidationError as exc:
+            raise ProtocolError(ErrorCode.INVALID_ACTION,
+                                f"invalid action: {_errors(exc)}; expected "
+                                '{"type": "call_tool", "tool_name": ..., "arguments": {...}} '
+                                'or {"type": "list_tools"}') from None
+        async with session.lock:
+            self._check_open(session)
+            episode = self._episode(session)
+            started = time.perf_counter()
+            obs = await episode.step(action)
+            session.touch()
+        self._observe(action, obs, time.perf_counter() - started)
+        return obs
+
+    async def state(self, session: Session, data: dict[str, Any] | None) -> dict[str, Any]:
+        """OpenEnv state (no ``t``), or the state(t) record (with ``t``)."""
+        try:
+            params = StateParams.model_validate(data or {})
+        except ValidationError as exc:
+            raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"invalid state request: {_errors(exc)}") from None
+        async with session.lock:
+            self._check_open(session)
+            session.touch()
+            if params.t is None:
+                return (session.episode.state if session.episode else EpisodeState()).model_dump()
+            return self.state_at(self._episode(session).trace.records, params.t)
+
+    async def close(self, session: Session) -> None:
+        """Close after the session's pending requests (the orderly ``close`` request)."""
+        async with session.lock:
+            pass
+        await self.close_session(session)
+
+    def state_at(self, records: list[dict[str, Any]], t: int) -> dict[str, Any]:
+        try:
+            return state_at(records, t).model_dump()
+        except TraceError as exc:
+            raise ProtocolError(ErrorCode(exc.code), str(exc)) from None
+
+    def episode_state(self, episode_id: str, t: int) -> dict[str, Any]:
+        """state(t) of any episode, live or finished, from its trace on disk."""
+        try:
+            records = self.store.load(episode_id)
+        except TraceError as exc:
+            raise ProtocolError(ErrorCode(exc.code), str(exc)) from None
+        return self.state_at(records, t)
+
+    # ---------------------------------------------------------------- helpers
+    @staticmethod
+    def _check_open(session: Session) -> None:
+        if session.closed:
+            raise ProtocolError(ErrorCode.SESSION_CLOSED, f"session {session.id!r} is closed")
+
+    @staticmethod
+    def _episode(session: Session) -> Episode:
+        if session.episode is None:
+            raise ProtocolError(ErrorCode.NO_EPISODE, "no episode: send reset first")
+        return session.episode
+
+    def _observe(self, action: Any, obs: SWEObservation, latency: float) -> None:
+        m = self.metrics
+        m.steps.labels(getattr(action, "tool_name", "list_tools")).inc()
+        m.step_latency.observe(latency)
+        if "error_kind" in obs.metadata:
+            m.tool_errors.labels(obs.metadata["error_kind"], obs.metadata["error_source"]).inc()
+        if obs.done and obs.reward is not None:
+            m.rewards.labels(str(bool(obs.metadata.get("resolved")))).inc()
+
+    async def reap_idle(self, interval_s: float = 5.0) -> None:
+        """Forever: close detached sessions idle past the timeout (never attached ones)."""
+        while True:
+            await asyncio.sleep(interval_s)
+            cutoff = time.monotonic() - self.config.idle_timeout_s
+            for session in list(self.sessions.values()):
+                if not session.attached and session.last_active < cutoff and not session.lock.locked():
+                    await self.close_session(session)
+
+    async def shutdown(self) -> None:
+        await asyncio.gather(*(self.close_session(s) for s in list(self.sessions.values())),
+                             return_exceptions=True)

@@ -1,0 +1,66 @@
+"""Deterministic git repositories: a clean import commit and one child commit per bug.
+
+Author, committer, dates and config are fixed so the same tree always gets the
+same commit id; bug commits are made with plumbing (no checkout) and kept
+reachable by a ``refs/heads/task/<id>`` branch.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from .sources import TaskgenError
+
+_IDENTITY = {
+    "GIT_AUTHOR_NAME": "swe-openenv taskgen", "GIT_AUTHOR_EMAIL": "taskgen@localhost",
+    "GIT_COMMITTER_NAME": "swe-openenv taskgen", "GIT_COMMITTER_EMAIL": "taskgen@localhost",
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
+    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0",
+}
+
+
+def git(repo: Path, *args: str, env: dict[str, str] | None = None, input: str | None = None) -> str:
+    full_env = {**os.environ, **_IDENTITY, **(env or {})}
+    for leak in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+        if not env or leak not in env:
+            full_env.pop(leak, None)
+    proc = subprocess.run(["git", "-c", "core.autocrlf=false", "-c", "commit.gpgsign=false", *args], cwd=repo,
+                          env=full_env, capture_output=True, text=True, input=input, timeout=300)
+    if proc.returncode != 0:
+        raise TaskgenError(f"git {' '.join(args[:3])} in {repo.name} failed: {proc.stderr.strip()[-600:]}")
+    return proc.stdout
+
+
+def init_clean(src: Path, dest: Path, message: str) -> str:
+    """Copy ``src`` to ``dest`` (replacing it), make it a git repo with one commit; return its id."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(src, dest, symlinks=True)
+    git(dest, "init", "-q", "-b", "main")
+    git(dest, "add", "-A")
+    git(dest, "commit", "-q", "--no-verify", "-m", message)
+    return git(dest, "rev-parse", "HEAD").strip()
+
+
+def commit_change(repo: Path, parent: str, path: str, content: str, message: str) -> str:
+    """Commit ``parent``'s tree with ``path`` replaced by ``content`` (no checkout); return its id."""
+    blob = git(repo, "hash-object", "-w", "--stdin", input=content).strip()
+    mode = git(repo, "ls-tree", parent, "--", path).split()[0]
+    with tempfile.TemporaryDirectory(prefix="taskgen-index-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        git(repo, "read-tree", parent, env=env)
+        git(repo, "update-index", "--cacheinfo", f"{mode},{blob},{path}", env=env)
+        tree = git(repo, "write-tree", env=env).strip()
+    return git(repo, "commit-tree", tree, "-p", parent, "-m", message).strip()
+
+
+def diff(repo: Path, a: str, b: str) -> str:
+    return git(repo, "diff", "--no-color", "--no-ext-diff", a, b)
+
+
+def set_branch(repo: Path, name: str, commit: str) -> None:
+    git(repo, "update-ref", f"refs/heads/{name}", commit)

@@ -1,0 +1,76 @@
+"""``/ws``: OpenEnv's WebSocket protocol, one session per connection.
+
+One reply per request, in order, no unsolicited frames. A disconnect while a
+step runs cancels the step and frees the sandbox; the trace keeps every
+completed step.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from starlette.websockets import WebSocket
+
+from .connection import FrameReader
+from .errors import ProtocolError
+from .mcp import handle_jsonrpc
+from .protocol import ErrorCode
+from .service import EnvService, Session
+
+log = logging.getLogger(__name__)
+
+
+async def dispatch(service: EnvService, session: Session, frame: dict[str, Any]) -> dict[str, Any] | None:
+    """The reply to one decoded frame (None for ``close``)."""
+    kind, data = frame.get("type"), frame.get("data")
+    if data is not None and not isinstance(data, dict) and kind != "mcp":
+        raise ProtocolError(ErrorCode.VALIDATION_ERROR, "data must be a JSON object")
+    if kind == "reset":
+        return {"type": "observation", "data": (await service.reset(session, data)).envelope()}
+    if kind == "step":
+        return {"type": "observation", "data": (await service.step(session, data)).envelope()}
+    if kind == "state":
+        return {"type": "state", "data": await service.state(session, data)}
+    if kind == "mcp":
+        return {"type": "mcp", "data": await handle_jsonrpc(service, data, session)}
+    if kind == "close":
+        return None
+    raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"Unknown message type: {kind!r} "
+                        "(expected reset, step, state, mcp or close)")
+
+
+def error_frame(service: EnvService, exc: ProtocolError) -> dict[str, Any]:
+    service.metrics.protocol_errors.labels(exc.code.value).inc()
+    return {"type": "error", "data": exc.data()}
+
+
+async def serve_ws(ws: WebSocket, service: EnvService) -> None:
+    await ws.accept()
+    reader = FrameReader(ws, service.config.max_frame_bytes)
+    try:
+        try:
+            session = service.open_session()
+        except ProtocolError as exc:  # OpenEnv: one CAPACITY_REACHED frame, then close 1000
+            await reader.send(error_frame(service, exc))
+            await ws.close(1000)
+            return
+        try:
+            while (raw := await reader.next()) is not None:
+                try:
+                    finished, reply = await reader.run_or_disconnect(dispatch(service, session, reader.decode(raw)))
+                except ProtocolError as exc:
+                    finished, reply = True, error_frame(service, exc)
+                except Exception as exc:  # noqa: BLE001 - the session survives a server bug
+                    log.exception("ws request failed")
+                    finished, reply = True, error_frame(service, ProtocolError(ErrorCode.EXECUTION_ERROR, str(exc)))
+                if not finished:
+                    break
+                if reply is None:
+                    await ws.close(1000)
+                    break
+                await reader.send(reply)
+        finally:
+            await service.close_session(session)
+    finally:
+        await reader.stop()

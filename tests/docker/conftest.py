@@ -1,0 +1,128 @@
+"""Fixtures of the docker backend's own tests (a real engine and the real image).
+
+Without an engine or the sandbox image these tests skip, unless
+``SWE_REQUIRE_DOCKER=1`` (CI sets it) turns that into a failure. After every
+test no sandbox container created during it may be left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from sandbox import SandboxConfig, WorkspaceSpec
+
+IMAGE = os.environ.get("SWE_SANDBOX_IMAGE", "swe-openenv-sandbox:latest")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function):
+    """Run ``async def`` tests under ``asyncio.run`` (no pytest-asyncio here)."""
+    if inspect.iscoroutinefunction(pyfuncitem.obj):
+        args = {n: pyfuncitem.funcargs[n] for n in pyfuncitem._fixtureinfo.argnames}
+        asyncio.run(pyfuncitem.obj(**args))
+        return True
+    return None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(here):
+            item.add_marker(pytest.mark.docker)
+            if not item.get_closest_marker("timeout"):
+                item.add_marker(pytest.mark.timeout(120))
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("SWE_REQUIRE_DOCKER") == "1":
+        pytest.fail(f"SWE_REQUIRE_DOCKER=1 but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def client():
+    try:
+        from sandbox.docker import docker_client
+
+        return docker_client(None)
+    except Exception as exc:  # no SDK or no engine
+        _unavailable(f"no Docker engine: {exc}")
+
+
+@pytest.fixture(scope="session")
+def image(client) -> str:
+    import docker.errors
+
+    try:
+        client.images.get(IMAGE)
+    except docker.errors.ImageNotFound:
+        _unavailable(f"image {IMAGE} missing (run docker/build-images.sh)")
+    return IMAGE
+
+
+def sandbox_containers(client) -> set[str]:
+    from sandbox.docker import LABEL
+
+    return {c.id for c in client.containers.list(all=True, filters={"label": f"{LABEL}=1"})}
+
+
+def wait_gone(client, ids: set[str], seconds: float = 10.0) -> set[str]:
+    """The containers of ``ids`` still present after up to ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = sandbox_containers(client) & ids
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_containers(request: pytest.FixtureRequest):
+    """Fail a test that leaves a sandbox container behind (and remove it)."""
+    if "client" not in request.fixturenames:
+        yield
+        return
+    client = request.getfixturevalue("client")
+    before = sandbox_containers(client)
+    yield
+    leaked = wait_gone(client, sandbox_containers(client) - before, seconds=5.0)
+    for cid in leaked:
+        client.api.remove_container(cid, force=True)
+    assert not leaked, f"sandbox containers leaked: {leaked}"
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(repo), "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("dockerrepo") / "repo"
+    (path / "pkg").mkdir(parents=True)
+    (path / "pkg/__init__.py").write_text("")
+    (path / "pkg/core.py").write_text("def f():\n    return 41\n")
+    _git(path, "init", "-q", "-b", "main")
+    _git(path, "add", "-A")
+    _git(path, "commit", "-qm", "base")
+    return path
+
+
+@pytest.fixture(scope="session")
+def config(tmp_path_factory: pytest.TempPathFactory, image: str) -> SandboxConfig:
+    return SandboxConfig(backend="docker", docker_image=image, cache_dir=tmp_path_factory.mktemp("dcache"))
+
+
+@pytest.fixture
+def spec(repo: Path) -> WorkspaceSpec:
+    return WorkspaceSpec(repo_path=repo)

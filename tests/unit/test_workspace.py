@@ -1,0 +1,101 @@
+"""The scrubbed workspace template: purge, squash, verification, caching."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from sandbox.models import HardeningPolicy, SandboxConfig, WorkspaceError, WorkspaceSpec
+from sandbox.workspace import git, prepare_template, purge, verify_scrubbed
+
+
+def _commit(repo: Path, msg: str) -> str:
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", msg],
+                   check=True)
+    return subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> tuple[Path, str, str]:
+    r = tmp_path / "repo"
+    r.mkdir()
+    subprocess.run(["git", "init", "-q", str(r)], check=True)
+    (r / "pkg").mkdir()
+    (r / "pkg" / "mod.py").write_text("def f():\n    return 1\n")
+    base = _commit(r, "base")
+    (r / "pkg" / "mod.py").write_text("def f():\n    return 'SECRET_FIX'\n")
+    future = _commit(r, "the fix")
+    return r, base, future
+
+
+def test_template_holds_base_tree_in_a_single_commit(repo, tmp_path):
+    r, base, _ = repo
+    t = prepare_template(WorkspaceSpec(repo_path=r, base_commit=base), SandboxConfig(cache_dir=tmp_path / "c"))
+    assert (t.path / "pkg" / "mod.py").read_text() == "def f():\n    return 1\n"
+    assert git(t.path, "rev-list", "--all").split() == [t.base_commit]
+    # the later commit's content is nowhere in the object store
+    objects = git(t.path, "cat-file", "--batch-all-objects", "--batch-check=%(objectname)").split()
+    blobs = [git(t.path, "cat-file", "-p", o) for o in objects if git(t.path, "cat-file", "-t", o).strip() == "blob"]
+    assert not any("SECRET_FIX" in b for b in blobs)
+
+
+def test_template_is_cached_per_commit(repo, tmp_path):
+    r, base, future = repo
+    cfg = SandboxConfig(cache_dir=tmp_path / "c")
+    a = prepare_template(WorkspaceSpec(repo_path=r, base_commit=base), cfg)
+    b = prepare_template(WorkspaceSpec(repo_path=r, base_commit=base), cfg)
+    c = prepare_template(WorkspaceSpec(repo_path=r, base_commit=future), cfg)
+    assert a.path == b.path and a.path != c.path
+    assert "SECRET_FIX" in (c.path / "pkg" / "mod.py").read_text()
+
+
+def test_purge_removes_bytecode_caches_and_code_archives_but_keeps_data_archives(tmp_path):
+    t = tmp_path / "t"
+    (t / "pkg" / "__pycache__").mkdir(parents=True)
+    (t / "pkg" / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"x")
+    (t / "ghost.pyc").write_bytes(b"x")
+    (t / ".mypy_cache").mkdir()
+    (t / ".pytest_cache").mkdir()
+    (t / "keep.py").write_text("x = 1\n")
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("pkg/mod.py", "SECRET")
+    (t / "dist.whl").write_bytes(buf.getvalue())
+    data = io.BytesIO()
+    with zipfile.ZipFile(data, "w") as zf:
+        zf.writestr("data.csv", "a,b\n")
+    (t / "fixture.zip").write_bytes(data.getvalue())
+    removed = purge(t, HardeningPolicy())
+    assert sorted(p.name for p in t.rglob("*")) == ["fixture.zip", "keep.py", "pkg"]
+    assert "dist.whl" in removed and "ghost.pyc" in removed
+
+
+def test_plain_directory_becomes_a_one_commit_repo(tmp_path):
+    d = tmp_path / "plain"
+    d.mkdir()
+    (d / "a.py").write_text("print(1)\n")
+    t = prepare_template(WorkspaceSpec(repo_path=d), SandboxConfig(cache_dir=tmp_path / "c"))
+    assert git(t.path, "log", "--format=%s").split() == ["base"]
+
+
+def test_verify_rejects_extra_refs_and_dangling_objects(repo, tmp_path):
+    r, base, _ = repo
+    t = prepare_template(WorkspaceSpec(repo_path=r, base_commit=base), SandboxConfig(cache_dir=tmp_path / "c"))
+    git(t.path, "hash-object", "-w", "--stdin", input=b"dangling secret")
+    with pytest.raises(WorkspaceError, match="unreachable"):
+        verify_scrubbed(t.path, t.base_commit)
+
+
+def test_bad_inputs_are_clear_errors(tmp_path, repo):
+    r, _, _ = repo
+    cfg = SandboxConfig(cache_dir=tmp_path / "c")
+    with pytest.raises(WorkspaceError, match="not a directory"):
+        prepare_template(WorkspaceSpec(repo_path=tmp_path / "missing"), cfg)
+    with pytest.raises(WorkspaceError, match="rev-parse"):
+        prepare_template(WorkspaceSpec(repo_path=r, base_commit="deadbeef"), cfg)

@@ -1,0 +1,229 @@
+"""The environment class handed to GRPOTrainer's `environment_factory`.
+
+TRL creates one instance per concurrent rollout (`Cls()`, no arguments), calls
+`reset(**row)` (sync) and then the public methods as tools; `get_reward()` ends a rollout.
+Each instance drives one remote session on the env server. All instances share one
+`EnvRuntime`: a daemon thread running an asyncio loop that owns the replica pool (one /mux
+connection per replica), so sync tool methods block on `run_coroutine_threadsafe` (the
+pattern of trl.experimental.harbor._env) while the sessions of all rollouts multiplex over
+the same sockets.
+
+Per turn, `turns` records (turn index, tool name, error_kind, hint_template_key,
+error_source) from the observation metadata; the trainer turns failing agent turns into
+token-indexed error sites for the loss channels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, ClassVar
+
+from trainer_client.env_client import ClientConfig, EnvClientError, RemoteSession, ReplicaPool
+
+__all__ = ["EnvRuntime", "SweEnvironment", "make_environment_class"]
+
+
+class EnvRuntime:
+    """One background event loop + one replica pool, shared by every environment instance."""
+
+    def __init__(self, urls: list[str] | tuple[str, ...], config: ClientConfig = ClientConfig()):
+        self.urls = tuple(urls)
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="env-client-loop", daemon=True)
+        self._thread.start()
+        self.pool = ReplicaPool(self.urls, config)
+
+    def run(self, coro, timeout_s: float | None = None) -> Any:
+        """Run a coroutine on the runtime's loop and block the calling thread for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
+
+    def submit(self, coro) -> Any:
+        """Schedule a coroutine without waiting (returns a concurrent.futures.Future)."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def close(self) -> None:
+        if self.loop.is_closed():
+            return
+        try:
+            self.run(self.pool.close(), timeout_s=10)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(5)
+            self.loop.close()
+
+
+class SweEnvironment:
+    """A remote SWE task session exposed to TRL as tools (use `make_environment_class`)."""
+
+    runtime: ClassVar[EnvRuntime | None] = None
+    #: dataset-row columns forwarded to the server's reset (the rest of the row is ignored)
+    reset_keys: ClassVar[tuple[str, ...]] = ("instance_id", "index", "seed")
+    #: grade a rollout that never called submit when its reward is asked for
+    auto_submit: ClassVar[bool] = True
+    #: tool output kept per call (head and tail), in characters
+    max_output_chars: ClassVar[int] = 8000
+
+    def __init__(self) -> None:
+        if self.runtime is None:
+            raise RuntimeError("SweEnvironment needs a runtime: use make_environment_class(urls)")
+        self._session: RemoteSession | None = None
+        self._prepared: tuple[dict, Any] | None = None
+        self.turns: list[dict[str, Any]] = []
+        self.reward: float | None = None
+        self.done = False
+        self.infra_error: str | None = None
+        self.instance_id: str | None = None
+
+    # ------------------------------------------------------------ lifecycle
+    def _reset_kwargs(self, row: dict) -> dict:
+        return {k: row[k] for k in self.reset_keys if row.get(k) is not None}
+
+    def _prepare(self, **row: Any) -> None:
+        """Start opening the session for `row` in the background (the trainer calls this for
+        all rollouts of a batch before TRL's serial `reset` loop, so sandbox boots overlap)."""
+        self._release()
+        kwargs = self._reset_kwargs(row)
+        self._prepared = (kwargs, self.runtime.submit(self.runtime.pool.open_session(**kwargs)))
+
+    def reset(self, **row: Any) -> str:
+        """Open a session on the env server for the task named by the dataset row; return the issue."""
+        kwargs = self._reset_kwargs(row)
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None and prepared[0] == kwargs:
+            session, obs = prepared[1].result()
+        else:
+            if prepared is not None:  # prepared for another row: discard it
+                self.runtime.submit(self._discard(prepared[1]))
+            self._release()
+            session, obs = self.runtime.run(self.runtime.pool.open_session(**kwargs))
+        self._session = session
+        self.turns, self.reward, self.done, self.infra_error = [], None, False, None
+        self.instance_id = (obs.get("metadata") or {}).get("instance_id", kwargs.get("instance_id"))
+        return str(obs.get("issue") or obs.get("output") or "")
+
+    async def _discard(self, future) -> None:
+        try:
+            session, _ = await asyncio.wrap_future(future)
+            await self.runtime.pool.release(session)
+        except Exception:  # noqa: BLE001 - nothing to release
+            pass
+
+    def _release(self) -> None:
+        session, self._session = self._session, None
+        if session is not None and not session.closed:
+            self.runtime.submit(self.runtime.pool.release(session))
+
+    def get_reward(self) -> float:
+        """The env's reward for this rollout (grading on submit); 0.0 after an infra failure."""
+        if not self.done and self.auto_submit and self._session is not None and self.infra_error is None:
+            self._call("submit", {}, record=False)
+        reward = float(self.reward) if self.reward is not None else 0.0
+        self._release()  # TRL has no teardown hook: free the server slot now
+        return reward
+
+    # ------------------------------------------------------------ tools
+    def bash(self, command: str, timeout: float | None = None) -> str:
+        """Run a shell command in a persistent bash session at /workspace (the repository). The working
+        directory and exported variables persist between calls. There is no network.
+
+        Args:
+            command: The shell command to run.
+            timeout: Seconds before the command is killed (optional).
+        """
+        return self._call("bash", {"command": command, "timeout": timeout})
+
+    def view(self, path: str, start_line: int | None = None, end_line: int | None = None) -> str:
+        """Show a file with line numbers, optionally only lines start_line..end_line, or list a directory.
+
+        Args:
+            path: File or directory, relative to /workspace.
+            start_line: First line shown, 1-based (optional).
+            end_line: Last line shown; -1 for the end of the file (optional).
+        """
+        return self._call("view", {"path": path, "start_line": start_line, "end_line": end_line})
+
+    def str_replace(self, path: str, old: str, new: str) -> str:
+        """Replace the text `old` by `new` in a file; `old` must occur exactly once in the file.
+
+        Args:
+            path: File to edit, relative to /workspace.
+            old: Text occurring exactly once in the file.
+            new: Replacement text.
+        """
+        return self._call("str_replace", {"path": path, "old": old, "new": new})
+
+    def create(self, path: str, content: str) -> str:
+        """Create or overwrite a file with the given content.
+
+        Args:
+            path: File to write, relative to /workspace.
+            content: The full content of the file.
+        """
+        return self._call("create", {"path": path, "content": content})
+
+    def submit(self) -> str:
+        """Finish the episode: your changes to the repository are graded by hidden tests."""
+        return self._call("submit", {})
+
+    # ------------------------------------------------------------ plumbing
+    def _call(self, tool_name: str, arguments: dict[str, Any], record: bool = True) -> str:
+        turn = len(self.turns)
+        if self._session is None:
+            return "Error: no active episode."
+        if self.done:
+            return "Error: the episode is over (submit was called); no more tool calls are accepted."
+        args = {k: v for k, v in arguments.items() if v is not None}
+        try:
+            obs = self.runtime.run(self._session.call_tool(tool_name, args))
+        except EnvClientError as exc:
+            # infrastructure, not the policy: recorded, never turned into an error site
+            self.infra_error = f"{type(exc).__name__}: {exc}"
+            self.turns.append({"turn": turn, "tool_name": tool_name, "error_kind": "infra",
+                               "hint_template_key": None, "error_source": "infra"})
+            self.done = True
+            return f"Error: the environment failed ({type(exc).__name__}); the episode cannot continue."
+        meta = obs.get("metadata") or {}
+        if record:
+            self.turns.append({
+                "turn": turn,
+                "tool_name": tool_name,
+                "error_kind": meta.get("error_kind"),
+                "hint_template_key": meta.get("hint_template_key"),
+                "error_source": meta.get("error_source"),
+            })
+        if obs.get("done"):
+            self.done = True
+            self.reward = obs.get("reward")
+        return self._format(obs)
+
+    def _format(self, obs: dict) -> str:
+        text = str(obs.get("output") or "")
+        meta = obs.get("metadata") or {}
+        message = meta.get("error_message")
+        if meta.get("error_kind") and message and message not in text:
+            text = f"{text}\n[{meta['error_kind']}] {message}" if text else f"[{meta['error_kind']}] {message}"
+        limit = self.max_output_chars
+        if len(text) > limit:
+            half = limit // 2
+            text = f"{text[:half]}\n[... {len(text) - limit} characters cut ...]\n{text[-half:]}"
+        return text or "(no output)"
+
+
+def make_environment_class(
+    urls: list[str] | tuple[str, ...],
+    config: ClientConfig = ClientConfig(),
+    *,
+    reset_keys: tuple[str, ...] | None = None,
+    auto_submit: bool | None = None,
+    max_output_chars: int | None = None,
+) -> type[SweEnvironment]:
+    """A SweEnvironment subclass bound to a runtime for `urls` (TRL instantiates it with no args)."""
+    attrs: dict[str, Any] = {"runtime": EnvRuntime(urls, config)}
+    if reset_keys is not None:
+        attrs["reset_keys"] = tuple(reset_keys)
+    if auto_submit is not None:
+        attrs["auto_submit"] = auto_submit
+    if max_output_chars is not None:
+        attrs["max_output_chars"] = max_output_chars
+    return type("SweEnvironment", (SweEnvironment,), attrs)

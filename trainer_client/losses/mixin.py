@@ -1,0 +1,110 @@
+"""`ThreeChannelLossMixin`: adds channels 2 and 3 to TRL's GRPO loss inside the trainer.
+
+    class SweGRPOTrainer(ThreeChannelLossMixin, GRPOTrainer): ...
+
+The trainer sets `self.loss_config` (a LossConfig). Channel 1 is `super()._compute_loss`
+untouched; channels 2/3 are divided by `current_gradient_accumulation_steps` and every
+channel is logged into `self._metrics[mode]` under `channels/...`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from .compose import ChannelOutputs, compute_channels
+from .config import LossConfig
+from .hints import HintSource, load_hint_source
+from .model_io import is_peft_model
+from .pairs import EncodedPair, PairSampler, encode_pair, load_pairs
+from .replay import ReferenceLogps
+from .taid import TAIDScheduler
+from .teacher_context import HintRenderer
+
+__all__ = ["ChannelState", "ThreeChannelLossMixin"]
+
+log = logging.getLogger(__name__)
+
+
+def _tokenizer_of(processing_class: Any) -> Any:
+    return getattr(processing_class, "tokenizer", processing_class)
+
+
+class ChannelState:
+    """What channels 2/3 keep across steps: hints, encoded pairs, sampler, reference, TAID t."""
+
+    def __init__(self, config: LossConfig, tokenizer: Any, hint_source: HintSource | None = None):
+        self.config = config
+        self.tokenizer = tokenizer
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.hint_source = hint_source or load_hint_source(config.hints_path)
+        self.renderer = HintRenderer(tokenizer)
+        self.pairs: list[EncodedPair] = []
+        if config.pairs_path and config.beta > 0:
+            raw = load_pairs(config.pairs_path)
+            self.pairs = [encode_pair(tokenizer, p, i, config.max_pair_length) for i, p in enumerate(raw)]
+        self.sampler = PairSampler(len(self.pairs), config.pairs_per_step, config.pair_seed) if self.pairs else None
+        self.reference = ReferenceLogps()
+        self.taid = (
+            TAIDScheduler(config.taid_total_steps, config.taid_t, config.taid_t_end, config.taid_alpha, config.taid_momentum)
+            if config.divergence == "taid" and config.taid_adaptive
+            else None
+        )
+
+    def prepare_reference(self, model: Any) -> None:
+        """DPO without PEFT: score every pair under the current (initial) policy, once."""
+        if self.pairs and self.config.pref_loss == "dpo" and not is_peft_model(model) and not len(self.reference):
+            self.reference.compute(model, self.pairs, pad_token_id=self.pad_token_id)
+
+    def next_pairs(self) -> list[EncodedPair]:
+        return [self.pairs[i] for i in self.sampler.next()] if self.sampler else []
+
+    @property
+    def taid_t(self) -> float | None:
+        return self.taid.t if self.taid else None
+
+
+class ThreeChannelLossMixin:
+    """Mix in before GRPOTrainer; reads `self.loss_config` (default: LossConfig())."""
+
+    _channel_state: ChannelState | None = None
+    hint_source: HintSource | None = None  # set to plug in another hint source
+
+    def _get_channel_state(self, model: Any) -> ChannelState:
+        if self._channel_state is None:
+            config = getattr(self, "loss_config", None) or LossConfig()
+            if self.state.global_step > 0:
+                log.warning("three-channel state built after step 0: DPO references are not the initial policy")
+            self._channel_state = ChannelState(config, _tokenizer_of(self.processing_class), self.hint_source)
+            self._channel_state.prepare_reference(model)
+        return self._channel_state
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        loss = super()._compute_loss(model, inputs)  # type: ignore[misc]
+        state = self._get_channel_state(model)
+        cfg = state.config
+        mode = "train" if self.model.training else "eval"
+        step = self.state.global_step
+        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
+        out: ChannelOutputs = compute_channels(
+            model,
+            inputs,
+            cfg,
+            step=step,
+            grpo_loss=loss,
+            hint_source=state.hint_source,
+            renderer=state.renderer,
+            pairs=state.next_pairs() if cfg.beta_at(step) > 0 else None,
+            reference=state.reference if len(state.reference) else None,
+            taid_t=state.taid_t,
+            gradient_accumulation_steps=accumulation,
+            pad_token_id=state.pad_token_id,
+        )
+        if state.taid is not None and out.n_sdpo_tokens and mode == "train":
+            state.taid.update(float(out.sdpo.detach()), step)
+            out.extra["channels/taid_t"] = state.taid.t
+        for name, value in out.metrics().items():
+            self._metrics[mode][name].append(value)
+        return out.total

@@ -1,0 +1,261 @@
+"""`SweGRPOTrainer`: TRL's GRPOTrainer with a concurrent tool phase and error sites.
+
+Route chosen for concurrency: an override of `GRPOTrainer._tool_call_loop` (text-only).
+Stock TRL (1.16.0) runs the tool calls of one rollout after another; here each round
+dispatches the tool calls of all rollouts at once (one worker thread per rollout; a
+rollout's own calls stay in order, because a session executes in order), then does the
+same single batched generate per round as TRL. Token handling is TRL's: the next input is
+prompt_ids + completion_ids + templated tool suffix, never re-tokenized; tool tokens get
+tool_mask 0; results that would overflow the completion budget are rolled back.
+`tests/trainer/test_tool_loop.py` pins that the override gives the same token ids and masks
+as trl 1.16.0's own loop and that the loop's source is the one this was written against.
+
+Error sites: for every failing agent tool call (the environment's per-turn record carries
+error_kind / hint_template_key / error_source), the rollout gets
+`{"turn", "error_kind", "hint_template_key", "token_start"}` where `token_start` indexes
+completion_ids at the first token of the assistant turn generated after the failing tool
+output. The list per rollout is put into the inputs dict as `error_sites` (shuffled and
+split with the other per-rollout fields). Sites whose tool result was rolled back, or
+whose following turn has no tokens, are not reported (the model never acted on them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from trl import GRPOTrainer
+from trl.chat_template_utils import parse_response
+
+log = logging.getLogger(__name__)
+
+try:  # channels 2/3 (issue 6); plain GRPO until that module exists
+    from trainer_client.losses.mixin import ThreeChannelLossMixin
+except ImportError:  # pragma: no cover - depends on the other engineer's module
+    class ThreeChannelLossMixin:  # type: ignore[no-redef]
+        """Stand-in while trainer_client.losses is absent: channel 1 (GRPO) only."""
+
+__all__ = ["ConcurrentToolsMixin", "SweGRPOTrainer", "ThreeChannelLossMixin"]
+
+#: error sources that are the policy's fault; env/infra failures never become error sites
+SCORED_ERROR_SOURCES = frozenset({"agent", None})
+
+
+class ConcurrentToolsMixin:
+    """Concurrent tool phase + error sites + concurrent resets, on top of GRPOTrainer."""
+
+    tool_workers: int = 64
+    _last_error_sites: list[list[dict]] | None = None
+    _tool_executor: ThreadPoolExecutor | None = None
+
+    # ---------------------------------------------------------------- batch entry point
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        self._prefetch_resets(inputs)
+        self._last_error_sites = None
+        output = super()._generate_and_score_completions(inputs)  # type: ignore[misc]
+        sites = self._last_error_sites or [[] for _ in range(len(output["completion_ids"]))]
+        output["error_sites"] = sites
+        self._log_env_metrics(sites)
+        return output
+
+    def _prefetch_resets(self, inputs: list[dict[str, Any]]) -> None:
+        """Start every rollout's remote reset at once (TRL's `reset` loop is serial); TRL then hands
+        each example the same pool instance this predicts, whose `reset` picks up the result."""
+        factories = getattr(self, "environment_factories", None)
+        if not factories or getattr(self, "_multi_environment", False):
+            return
+        pool = self._environment_pool[None]
+        while len(pool) < len(inputs):
+            pool.append(factories[None]())
+        for env, row in zip(pool, inputs):
+            if hasattr(env, "_prepare"):
+                env._prepare(**row)
+
+    def _log_env_metrics(self, sites: list[list[dict]]) -> None:
+        mode = "train" if self.model.training else "eval"
+        envs = getattr(self, "environments", None) or []
+        kinds: Counter = Counter()
+        n_turns = 0
+        for env in envs:
+            for rec in getattr(env, "turns", []):
+                n_turns += 1
+                if rec.get("error_kind"):
+                    kinds[rec["error_kind"]] += 1
+        if envs:
+            metrics = self._metrics[mode]
+            metrics["env/turns_per_rollout"].append(n_turns / len(envs))
+            metrics["env/error_sites_per_rollout"].append(sum(map(len, sites)) / len(envs))
+            metrics["env/infra_failures"].append(float(sum(bool(getattr(e, "infra_error", None)) for e in envs)))
+            for kind, n in kinds.items():
+                metrics[f"env/errors/{kind}"].append(n / len(envs))
+
+    # ---------------------------------------------------------------- the tool phase
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._tool_executor is None:
+            self._tool_executor = ThreadPoolExecutor(self.tool_workers, thread_name_prefix="tool-call")
+        return self._tool_executor
+
+    def _run_rollout_tools(self, i: int, calls: list[dict]) -> tuple[list[tuple[str, Any]], int, list[dict]]:
+        """The tool calls of one assistant message, in order, TRL's way (sync ones one by one,
+        then the async ones gathered); returns (name, result) pairs, failures, new turn records."""
+        sync_tools, async_tools = self._sync_tool_dicts[i], self._async_tool_dicts[i]
+        env = self.environments[i] if getattr(self, "environments", None) else None
+        n_turns = len(getattr(env, "turns", ()))
+        results: list[tuple[str, Any]] = []
+        coros: list[tuple[str, Any]] = []
+        failures = 0
+        for call in calls:
+            if call.get("type") != "function":
+                failures += 1
+                results.append((call.get("name", "unknown"), {"error": f"Unsupported tool call type: {call.get('type')}"}))
+                continue
+            name, arguments = call["function"]["name"], call["function"]["arguments"]
+            try:
+                if name in sync_tools:
+                    results.append((name, sync_tools[name](**arguments)))
+                elif name in async_tools:
+                    coros.append((name, async_tools[name](**arguments)))
+                else:
+                    raise ValueError(f"Tool {name} not found.")
+            except Exception as exc:  # noqa: BLE001 - the model's mistake becomes a tool message
+                failures += 1
+                results.append((name, {"error": str(exc)}))
+        if coros:
+            async def gather():
+                return await asyncio.gather(*(c for _, c in coros), return_exceptions=True)
+
+            outcomes = asyncio.run_coroutine_threadsafe(gather(), self.async_loop).result()
+            for (name, _), outcome in zip(coros, outcomes):
+                if isinstance(outcome, Exception):
+                    failures += 1
+                    results.append((name, {"error": str(outcome)}))
+                else:
+                    results.append((name, outcome))
+        records = list(getattr(env, "turns", ())[n_turns:]) if env is not None else []
+        return results, failures, records
+
+    def _tool_call_loop(self, prompts, prompt_ids, completion_ids, completions, logprobs, images, multimodal_fields):
+        if self._is_vlm or images is not None or multimodal_fields:
+            log.warning("multimodal rollouts use TRL's serial tool loop (no error sites)")
+            self._last_error_sites = None
+            return super()._tool_call_loop(  # type: ignore[misc]
+                prompts, prompt_ids, completion_ids, completions, logprobs, images, multimodal_fields
+            )
+        n = len(completion_ids)
+        tool_mask = [[1] * len(ids) for ids in completion_ids]
+        tool_images: list[list] = [[] for _ in range(n)]
+        error_sites: list[list[dict]] = [[] for _ in range(n)]
+        pending = {i: c[0].get("tool_calls") for i, c in enumerate(completions) if c[0].get("tool_calls")}
+        active = sorted(pending)
+        call_count = failure_count = iteration = 0
+
+        while active and iteration < self.max_tool_calling_iterations:
+            before = {i: (len(completions[i]), len(prompts[i])) for i in active}
+            futures = {i: self._executor().submit(self._run_rollout_tools, i, pending[i]) for i in active}
+            records: dict[int, list[dict]] = {}
+            for i in active:  # results are appended in rollout order: deterministic
+                prompts[i].append(completions[i][-1])
+                results, failures, records[i] = futures[i].result()
+                call_count += len(pending[i])
+                failure_count += failures
+                for name, result in results:
+                    message = {"role": "tool", "name": name, "content": result if isinstance(result, list) else str(result)}
+                    prompts[i].append(message)
+                    completions[i].append(message)
+
+            pct_ids = {}
+            for i in active:
+                tool_messages = []
+                for message in reversed(completions[i]):
+                    if message["role"] != "tool":
+                        break
+                    tool_messages.insert(0, message)
+                pct_ids[i] = prompt_ids[i] + completion_ids[i] + self._get_tool_suffix_ids(tool_messages)
+
+            if self.use_vllm and self.vllm_mode == "colocate":
+                max_model_len = self.vllm_generation.llm.llm_engine.model_config.max_model_len
+            else:
+                max_model_len = self.model.config.max_position_embeddings
+            kept = []
+            for i in active:
+                if len(pct_ids[i]) - len(prompt_ids[i]) > self.max_completion_length or len(pct_ids[i]) >= max_model_len:
+                    del completions[i][before[i][0]:]  # roll back: the model never sees this result
+                    del prompts[i][before[i][1]:]
+                else:
+                    kept.append(i)
+            active = kept
+            if not active:
+                break
+
+            post_ids, post_logprobs = self._generate_single_turn(
+                [pct_ids[i] for i in active], None, {}, num_generations=1, has_tool_images=False
+            )
+            for k, i in enumerate(active):
+                completion_tool_len = len(pct_ids[i]) - len(prompt_ids[i])
+                excess = completion_tool_len + len(post_ids[k]) - self.max_completion_length
+                if excess > 0:
+                    post_ids[k] = post_ids[k][: len(post_ids[k]) - excess]
+                    if logprobs is not None:
+                        post_logprobs[k] = post_logprobs[k][: len(post_logprobs[k]) - excess]
+                tool_len = completion_tool_len - len(completion_ids[i])
+                tool_mask[i] += [0] * tool_len + [1] * len(post_ids[k])
+                if logprobs is not None:
+                    logprobs[i] += [0.0] * tool_len + post_logprobs[k]
+                completion_ids[i] = pct_ids[i][len(prompt_ids[i]):] + post_ids[k]
+                if post_ids[k]:
+                    error_sites[i] += [
+                        {
+                            "turn": rec["turn"],
+                            "error_kind": rec["error_kind"],
+                            "hint_template_key": rec.get("hint_template_key"),
+                            "token_start": completion_tool_len,
+                        }
+                        for rec in records[i]
+                        if rec.get("error_kind") and rec.get("error_source") in SCORED_ERROR_SOURCES
+                    ]
+
+            tools_of = self._tools_per_rollout()
+            post_completions = [
+                parse_response(self._tokenizer, ids, prefix=pct_ids[i], tools=tools_of(i)) if ids else {}
+                for i, ids in zip(active, post_ids)
+            ]
+            pending = {}
+            for i, parsed in zip(active, post_completions):
+                if parsed:
+                    completions[i].append(parsed)
+                    if parsed.get("tool_calls"):
+                        pending[i] = parsed["tool_calls"]
+            active = [i for i in active if i in pending]
+            iteration += 1
+
+        self._last_error_sites = error_sites
+        return tool_mask, completions, completion_ids, logprobs, call_count, failure_count, tool_images
+
+    def _tools_per_rollout(self):
+        if self.environment_factories is not None:
+            return lambda i: self._env_tools[self._batch_environments[i]]
+        return lambda i: self.tools
+
+
+class SweGRPOTrainer(ThreeChannelLossMixin, ConcurrentToolsMixin, GRPOTrainer):
+    """GRPO (channel 1) + loss channels 2/3 (when trainer_client.losses exists) + concurrent tools.
+
+    `loss_config` (a trainer_client.losses LossConfig) configures channels 2/3.
+    """
+
+    def __init__(self, *args: Any, loss_config: Any = None, **kwargs: Any):
+        self.loss_config = loss_config
+        super().__init__(*args, **kwargs)
+
+    def __del__(self) -> None:
+        if self._tool_executor is not None:
+            self._tool_executor.shutdown(wait=False)
+
+
+def trl_tool_loop_source() -> str:
+    """Source of the stock tool loop this override mirrors (pinned by a test)."""
+    return inspect.getsource(GRPOTrainer._tool_call_loop)
