@@ -20,6 +20,6 @@ class ServerConfig(BaseModel):
     idle_timeout_s: float = Field(600.0, gt=0, description="close detached sessions idle this long")
     auth_token: str | None = Field(None, description="require 'Authorization: Bearer <token>' when set")
     max_frame_bytes: int = Field(16 * 1024 * 1024, gt=0, description="larger frames get FRAME_TOO_LARGE")
-    mux_reply_cache: int = Field(256, gt=0, description="replies kept per mux session for retried request ids")
+    mux_reply_cache: int = Field(16, gt=0, description="replies kept per mux session for retried request ids")
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     episode: EpisodeConfig = Field(default_factory=EpisodeConfig)

@@ -31,6 +31,7 @@ from .models import (
     SandboxStartError,
     WorkspaceSpec,
 )
+from .runtime_config import runtime_init
 from .toolview import tool_view
 from .workspace import cache_root, prepare_template
 
@@ -99,7 +100,7 @@ class BwrapSandbox(Sandbox):
         view = await asyncio.to_thread(tool_view, config.policy.blocked_tools, cache)
         session_id = uuid.uuid4().hex[:12]
 
-        argv, init, exec_paths = cls._command(bwrap, spec, config, template.path, view, cache)
+        argv, init = cls._command(bwrap, spec, config, template.path, view, cache)
         init["base_commit"] = template.base_commit
         cgroup = None
         if config.policy.cgroups is not LayerMode.off:
@@ -153,7 +154,6 @@ class BwrapSandbox(Sandbox):
 
     @staticmethod
     def _command(bwrap: str, spec: WorkspaceSpec, config: SandboxConfig, template: Path, view, cache: Path):
-        lim, pol = config.limits, config.policy
         args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
                 "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox",
                 "--ro-bind", "/usr", "/usr"]
@@ -178,8 +178,7 @@ class BwrapSandbox(Sandbox):
         # Interpreters: the one the runtime runs on, and the task's venv with its base.
         runtime_python = Path(getattr(sys, "_base_executable", sys.executable)).resolve()
         prefixes = {Path(sys.base_prefix).resolve()}
-        env_path = ["/usr/local/bin", "/usr/bin", "/bin"]
-        exec_paths = ["/usr", "/bin", "/sbin", "/lib", "/lib64"]
+        exec_paths: list[str] = []
         venv = spec.python_env.resolve() if spec.python_env else None
         if venv is not None:
             if not venv.is_dir():
@@ -188,8 +187,6 @@ class BwrapSandbox(Sandbox):
             if base is not None:
                 prefixes.add(base)
             args += ["--ro-bind", str(venv), str(venv)]
-            env_path.insert(0, str(venv / "bin"))
-            exec_paths.append(str(venv))
         for prefix in sorted(prefixes):
             if not str(prefix).startswith("/usr"):
                 args += ["--ro-bind", str(prefix), str(prefix)]
@@ -205,23 +202,10 @@ class BwrapSandbox(Sandbox):
                  "--remount-ro", "/", "--chdir", "/",
                  "--setenv", "PATH", "/usr/bin:/bin", "--",
                  str(runtime_python), "-I", "-S", "/.swe/runtime.py"]
-        shell_env = {
-            "PATH": ":".join(env_path), "HOME": "/tmp/home", "USER": "agent", "LOGNAME": "agent",
-            "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat",
-            "PYTHONPYCACHEPREFIX": "/tmp/.pycache", "PYTHONUNBUFFERED": "1", "TMPDIR": "/tmp",
-            "GIT_CONFIG_NOSYSTEM": "1",
-        }
-        if venv is not None:
-            shell_env["VIRTUAL_ENV"] = str(venv)
-        shell_env.update(spec.env)
-        init = {
-            "mode": "overlay", "template": "/.swe/template", "upper": "/.swe/upper",
-            "workspace_mb": lim.workspace_mb, "tmp_mb": lim.tmp_mb, "limits": lim.model_dump(),
-            "env": shell_env, "seccomp": pol.seccomp.value, "landlock": pol.landlock.value,
-            "inet_sockets": pol.inet_sockets, "exec_paths": exec_paths,
-            "write_paths": ["/workspace", "/tmp", "/dev"],
-        }
-        return args, init, exec_paths
+        init = runtime_init(spec, config, mode="overlay", template="/.swe/template", upper="/.swe/upper",
+                            base_commit="", venv=str(venv) if venv else None,
+                            extra_exec_paths=exec_paths)
+        return args, init
 
     async def _drain_stderr(self) -> None:
         try:

@@ -100,6 +100,6 @@ class RuntimeChannel:
     async def write_file(self, path: str, data: bytes) -> None:
         await self.request("write", 60.0, path=path, data=base64.b64encode(data).decode("ascii"))
 
-    async def diff(self) -> str:
-        r = await self.request("diff", 120.0)
+    async def diff(self, fresh: bool = False) -> str:
+        r = await self.request("diff", 120.0, fresh=fresh)
         return str(r.get("diff", ""))

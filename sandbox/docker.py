@@ -40,12 +40,14 @@ from pathlib import Path
 from typing import Any
 
 from .base import Sandbox
+from .runtime_config import runtime_init
 from .models import (
     CommandResult,
     CommandStatus,
     PathError,
     SandboxClosed,
     SandboxConfig,
+    SandboxDied,
     SandboxInfo,
     SandboxStartError,
     WorkspaceSpec,
@@ -62,12 +64,13 @@ _STDERR_KEEP = 16 * 1024
 
 # The container's main process, under docker-init (PID 1, the reaper), runs as
 # WATCHDOG_USER, so neither the agent nor the runtime's kill sweeps (session uid) can
-# signal it. It waits up to 60 s for the runtime to appear, then polls every 2 s and
+# signal it. It looks for the runtime every 50 ms for up to 60 s (a runtime that dies
+# unseen within 50 ms of its start is caught by that limit), then polls every 2 s and
 # exits, ending and auto-removing the container, once no runtime is left.
 WATCHDOG_USER = "65534:65534"
 WATCHDOG = (
     'i=0; while ! pgrep -f "^python3 -I -S /.swe/runtime.py" >/dev/null; do '
-    'i=$((i+1)); [ "$i" -gt 120 ] && exit 1; sleep 0.5; done; '
+    'i=$((i+1)); [ "$i" -gt 1200 ] && exit 1; sleep 0.05; done; '
     'while pgrep -f "^python3 -I -S /.swe/runtime.py" >/dev/null; do sleep 2; done'
 )
 
@@ -459,6 +462,8 @@ class DockerSandbox(Sandbox):
     def _check(self) -> None:
         if self._closed:
             raise SandboxClosed(f"sandbox {self.id} is closed")
+        if self._channel.dead:  # reported once as data, from then on raised
+            raise SandboxDied(f"{self._channel.dead} {self._stream.stderr_tail[-500:]}".strip())
 
     async def run(self, command: str, timeout_s: float | None = None) -> CommandResult:
         self._check()
@@ -494,27 +499,10 @@ class DockerSandbox(Sandbox):
 
 
 def init_message(spec: WorkspaceSpec, config: SandboxConfig, base_commit: str) -> dict[str, Any]:
-    """The runtime's init line for a copied workspace (see sandbox/runtime.py)."""
-    lim, pol = config.limits, config.policy
-    path = "/usr/local/bin:/usr/bin:/bin"
-    exec_paths = ["/usr", "/etc/alternatives"]
-    if spec.python_env is not None:
-        env_path = str(Path(spec.python_env).absolute())
-        path = f"{env_path}/bin:{path}"
-        exec_paths.append(env_path)
-    env = {
-        "PATH": path, "HOME": "/tmp/home", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "dumb",
-        "PAGER": "cat", "GIT_PAGER": "cat", "PYTHONPYCACHEPREFIX": "/tmp/.pycache",
-        "PYTHONDONTWRITEBYTECODE": "1", "USER": "agent", "LOGNAME": "agent",
-        **spec.env,
-    }
-    return {
-        "mode": "copy", "template": TEMPLATE_MOUNT, "base_commit": base_commit, "env": env,
-        "limits": lim.model_dump(), "tmp_mb": lim.tmp_mb, "workspace_mb": lim.workspace_mb,
-        "upper": "", "landlock": pol.landlock.value, "seccomp": pol.seccomp.value,
-        "inet_sockets": pol.inet_sockets, "exec_paths": exec_paths,
-        "write_paths": ["/workspace", "/tmp", "/dev"],
-    }
+    """The runtime's init line for a copied workspace (see sandbox/runtime_config.py)."""
+    venv = str(Path(spec.python_env).absolute()) if spec.python_env is not None else None
+    return runtime_init(spec, config, mode="copy", template=TEMPLATE_MOUNT, upper="",
+                        base_commit=base_commit, venv=venv, extra_exec_paths=[])
 
 
 _TOOLS_LABEL = "org.swe-openenv.blocked-tools"

@@ -86,6 +86,10 @@ class HardeningPolicy(BaseModel):
     seccomp: LayerMode = LayerMode.required
     landlock: LayerMode = LayerMode.best_effort
     cgroups: LayerMode = LayerMode.best_effort
+    # Processes a command leaves running in the background are killed when it
+    # returns (fork bombs, stray servers, output that would bleed into the next
+    # observation). Set False to let `cmd &` outlive its command.
+    kill_background: bool = True
     # Sockets inside the sandbox live in an empty network namespace either way;
     # "deny" also refuses AF_INET/AF_INET6 sockets (breaks test suites that bind
     # a loopback server, so it is off by default).

@@ -326,9 +326,15 @@ class Shell:
 
 
 def kill_all_but_me(keep: set) -> int:
-    """SIGKILL every process of this pid namespace except init, us and ``keep``."""
+    """SIGKILL every process of this pid namespace except init, us and ``keep``.
+
+    Sweeps until a pass finds nothing (a fork bomb refills the table while we
+    sweep, but only up to the pids limit). If that does not converge, kill(-1)
+    ends everything we may signal in one atomic kernel pass, the shell included
+    (the caller then finds the shell dead and starts a fresh one).
+    """
     me, killed = os.getpid(), 0
-    for _ in range(3):  # processes may fork while we sweep
+    for sweep in range(200):
         found = 0
         for name in os.listdir("/proc"):
             if not name.isdigit():
@@ -337,16 +343,24 @@ def kill_all_but_me(keep: set) -> int:
             if pid in (1, me) or pid in keep:
                 continue
             try:
+                with open("/proc/%d/stat" % pid, "rb") as f:
+                    if f.read().rsplit(b")", 1)[-1].split()[0] in (b"Z", b"X"):
+                        continue  # already dead, waiting for its parent to reap it
                 os.kill(pid, signal.SIGKILL)
                 found += 1
-            except ProcessLookupError:
+            except (ProcessLookupError, FileNotFoundError, IndexError):
                 pass
             except PermissionError:
                 pass
         killed += found
         reap()
         if not found:
-            break
+            return killed
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except OSError:
+        pass
+    reap()
     return killed
 
 
@@ -449,6 +463,8 @@ class Runtime:
                 if line is not None:
                     parts = line.decode("ascii", "replace").split()
                     if len(parts) == 2 and parts[0] == nonce:
+                        if self.cfg.get("kill_background", True):
+                            kill_all_but_me({sh.proc.pid})
                         self._drain(out)
                         code = int(parts[1])
                         if state is None:
@@ -491,9 +507,12 @@ class Runtime:
             raise RuntimeFailure("bad_path", "%s is outside %s" % (path, WORKSPACE), reason="outside_workspace")
         # Symlinks may point anywhere inside the workspace, never out of it.
         probe = full
-        while not os.path.lexists(probe):
-            probe = os.path.dirname(probe)
-        real = os.path.realpath(probe)
+        try:
+            while not os.path.lexists(probe):
+                probe = os.path.dirname(probe)
+            real = os.path.realpath(probe)
+        except OSError as e:
+            raise RuntimeFailure("bad_path", "cannot resolve %s: %s" % (path, e.strerror), reason="unreadable")
         if real != WORKSPACE and not real.startswith(WORKSPACE + "/"):
             raise RuntimeFailure("bad_path", "%s resolves outside %s" % (path, WORKSPACE), reason="outside_workspace")
         if must_exist and probe != full:
@@ -542,7 +561,47 @@ class Runtime:
         return {"bytes": len(data)}
 
     # -- diff --------------------------------------------------------------------
+    def fingerprint(self) -> str:
+        """A cheap digest of the workspace's state outside .git (ctime can't be forged).
+
+        In overlay mode only the upper layer can differ from the base, so only it
+        is walked; a copied workspace is walked whole.
+        """
+        import hashlib
+
+        root = self.cfg["upper"] + "/u" if self.cfg["mode"] == "overlay" else WORKSPACE
+        h = hashlib.blake2b(digest_size=16)
+        stack = [root]
+        while stack:
+            d = stack.pop()
+            try:
+                entries = sorted(os.scandir(d), key=lambda e: e.name)
+            except OSError:
+                continue
+            for e in entries:
+                if d == root and e.name == ".git":
+                    continue
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                h.update(("%s\0%d\0%d\0%d\0%d\n" % (e.path, st.st_mode, st.st_size, st.st_ctime_ns,
+                                                   st.st_ino)).encode("utf-8", "surrogateescape"))
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(e.path)
+        return h.hexdigest()
+
     def op_diff(self, req: dict) -> dict:
+        """The diff against the base; reused while the workspace fingerprint holds."""
+        fp = self.fingerprint()
+        cached = getattr(self, "_diff_cache", None)
+        if cached and cached[0] == fp and not req.get("fresh"):
+            return {"diff": cached[1], "cached": True}
+        result = self._git_diff()
+        self._diff_cache = (fp, result)
+        return {"diff": result, "cached": False}
+
+    def _git_diff(self) -> str:
         base = self.cfg["base_commit"]
         env = {"PATH": self.cfg["env"].get("PATH", "/usr/bin:/bin"), "HOME": "/tmp",
                "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
@@ -562,7 +621,7 @@ class Runtime:
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
             if result.returncode != 0:
                 raise RuntimeFailure("diff_failed", result.stderr.decode("utf-8", "replace")[-2000:])
-        return {"diff": result.stdout.decode("utf-8", "replace")}
+        return result.stdout.decode("utf-8", "replace")
 
     def op_ping(self, req: dict) -> dict:
         return {"pong": True, "shell_alive": self.shell.proc.poll() is None}

@@ -17,7 +17,6 @@ import math
 import os
 import random
 import re
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +25,7 @@ from . import gitrepo
 from .envs import cached_env, install_env, requirements
 from .models import (BuildReport, CandidateVerdict, Mutation, PackageReport, PackageSpec, RunResult,
                      TaskProvenance, TaskRecord)
-from .mutate import Edit, apply_edit, find_mutations
+from .mutate import Edit, apply_edit, find_mutations, parses
 from .packages import resolve_packages
 from .runner import PytestRunner
 from .sources import TaskgenError, pristine_tree
@@ -38,7 +37,9 @@ MAX_FAIL_TO_PASS = 25
 MAX_PASS_TO_PASS = 120
 ATTEMPTS_PER_TASK = 8
 # Bump when the way verdicts are computed changes: it invalidates cached verdicts.
-VERDICT_VERSION = "1"
+VERDICT_VERSION = "3"
+# Bump when the same inputs would give different tasks (ordering, statements, ids).
+BUILDER_VERSION = "4"
 # Node ids that pass unchanged through a shell command line and JUnit XML.
 _SAFE_NODEID = re.compile(r"^[\x21-\x7e]+$")
 _UNSAFE_CHARS = set("\\'\"`$;&|<>")
@@ -97,7 +98,8 @@ def build_tasks(out_dir: str | Path, packages: list[str] | None = None, seed: in
     tmp = tasks_file.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(t.model_dump_json() + "\n" for t in tasks))
     tmp.replace(tasks_file)
-    result = BuildReport(out_dir=str(out), tasks_file=str(tasks_file), seed=seed, n_tasks=len(tasks),
+    result = BuildReport(builder_version=BUILDER_VERSION, out_dir=str(out), tasks_file=str(tasks_file), seed=seed,
+                         n_tasks=len(tasks),
                          min_tasks=min_tasks, packages=reports, provenance=provenance,
                          duration_s=round(time.monotonic() - start, 2), pytest_runs=runs)
     (out / "build_report.json").write_text(result.model_dump_json(indent=2) + "\n")
@@ -124,7 +126,8 @@ class _PackageBuilder:
         spec = self.spec
         pristine = pristine_tree(spec, self.cache)
         install_env(spec, self.cache, self.out / "envs" / spec.key)
-        self.runner = PytestRunner(spec, cached_env(spec, self.cache), self.cache / "plugin")
+        self.runner = PytestRunner(cached_env(spec, self.cache), self.cache / "plugin", spec.import_root,
+                                   spec.test_paths)
         self.repo = self.out / "repos" / spec.key
         self.clean = gitrepo.init_clean(pristine, self.repo, f"Import {spec.name} {spec.version} from its sdist")
         self.work = self.cache / "work" / spec.key
@@ -140,7 +143,7 @@ class _PackageBuilder:
             raise TaskgenError("no test passes on the clean tree")
         self.timeout = max(20.0, 6 * duration)
         test_text = self.test_text()
-        rng = random.Random(f"{self.seed}|{spec.key}")
+        rng = random.Random(f"{self.seed}|{spec.key}")  # candidate order only
         used_functions: set[str] = set()
         attempts = quota * ATTEMPTS_PER_TASK
         made = 0
@@ -154,9 +157,9 @@ class _PackageBuilder:
             if not verdict.accepted:
                 report.rejected[verdict.reason] = report.rejected.get(verdict.reason, 0) + 1
                 continue
-            task = self.make_task(mut, edit, path_src, verdict, rng)
-            if task is None:
-                report.rejected["gold_failed"] = report.rejected.get("gold_failed", 0) + 1
+            task = self.make_task(mut, edit, path_src, verdict)
+            if isinstance(task, str):
+                report.rejected[task] = report.rejected.get(task, 0) + 1
                 continue
             used_functions.add(mut.function)
             made += 1
@@ -193,23 +196,19 @@ class _PackageBuilder:
         by_key: dict[tuple[bool, str], list[tuple[Mutation, Edit, str]]] = {}
         files = sorted({str(p.relative_to(self.work)) for pattern in self.spec.source_files
                         for p in self.work.glob(pattern) if p.is_file()})
+        named: dict[str, bool] = {}
         for rel in files:
             if not fnmatch.fnmatch(rel, "*.py"):
                 continue
             src = (self.work / rel).read_text(encoding="utf-8")
-            for mut, edit in find_mutations(src, rel):
+            for mut, edit in find_mutations(src, rel, verify=False):
                 name = mut.function.split(".")[-1]
-                named = bool(name) and re.search(rf"\b{re.escape(name)}\b", test_text) is not None
-                by_key.setdefault((named, mut.operator), []).append((mut, edit, src))
-        for named in (True, False):
-            groups = [by_key[k] for k in sorted(by_key) if k[0] == named]
-            for g in groups:
-                rng.shuffle(g)
-            rng.shuffle(groups)
-            while any(groups):
-                for g in groups:
-                    if g:
-                        yield g.pop()
+                if name not in named:
+                    named[name] = bool(name) and re.search(rf"\b{re.escape(name)}\b", test_text) is not None
+                by_key.setdefault((named[name], mut.operator), []).append((mut, edit, src))
+        for mut, edit, src in seeded_order(by_key, rng):
+            if parses(src, edit):
+                yield mut, edit, src
 
     # -- verdicts --------------------------------------------------------------------------
     def judge(self, mut: Mutation, edit: Edit, src: str, stable: set[str]) -> CandidateVerdict:
@@ -272,27 +271,29 @@ class _PackageBuilder:
         return ok
 
     # -- output ----------------------------------------------------------------------------
-    def make_task(self, mut: Mutation, edit: Edit, src: str, verdict: CandidateVerdict,
-                  rng: random.Random) -> tuple[TaskRecord, TaskProvenance] | None:
+    def make_task(self, mut: Mutation, edit: Edit, src: str,
+                  verdict: CandidateVerdict) -> tuple[TaskRecord, TaskProvenance] | str:
+        """The task of an accepted mutation, or why it was dropped ("gold_failed", "statement_leaks")."""
         spec = self.spec
         buggy = apply_edit(src, edit)
         bug = gitrepo.commit_change(self.repo, self.clean, mut.path, buggy, f"{spec.name} {spec.version}")
         patch = gitrepo.diff(self.repo, bug, self.clean)
         if not self.gold_passes(patch, mut, buggy, src, verdict.fail_to_pass + verdict.pass_to_pass):
-            return None
+            return "gold_failed"
         instance_id = f"{spec.name}__{spec.version}-{hashlib.sha256(patch.encode()).hexdigest()[:8]}"
         gitrepo.set_branch(self.repo, f"task/{instance_id}", bug)
         changed = [line[1:] for line in patch.splitlines()
                    if line[:1] in "+-" and not line.startswith(("+++", "---"))]
-        statement = ""
+        statement, found = "", []
         for detail in (2, 1, 0):
             statement = problem_statement(spec.name, spec.version, self.work, verdict.fail_to_pass,
                                           verdict.messages, random.Random(f"{self.seed}|{instance_id}"), detail)
-            if not leaks(statement, mut, changed):
+            found = leaks(statement, mut, changed)
+            if not found:
                 break
         else:
-            self.log(f"{instance_id}: statement still leaks; skipped")
-            return None
+            self.log(f"{instance_id}: statement leaks ({'; '.join(found)}); skipped")
+            return "statement_leaks"
         record = TaskRecord(
             instance_id=instance_id, repo=f"pypi/{spec.name}", base_commit=bug, problem_statement=statement,
             patch=patch, FAIL_TO_PASS=verdict.fail_to_pass, PASS_TO_PASS=verdict.pass_to_pass,
@@ -317,9 +318,16 @@ class _PackageBuilder:
         tmp.replace(d / f"{key}.json")
 
 
-def clear_outputs(out_dir: Path) -> None:
-    """Remove what a build writes into ``out_dir`` (used before a clean rebuild)."""
-    for name in ("repos", "envs"):
-        shutil.rmtree(out_dir / name, ignore_errors=True)
-    for name in ("tasks.jsonl", "build_report.json"):
-        (out_dir / name).unlink(missing_ok=True)
+def seeded_order(groups: dict[tuple[bool, str], list], rng: random.Random):
+    """Items of ``groups`` (keyed by (tests name the function, operator)): the named group
+    first, each shuffled by ``rng``, operators interleaved round-robin in a shuffled order."""
+    for named in (True, False):
+        lists = [list(groups[k]) for k in sorted(groups) if k[0] == named]
+        for g in lists:
+            rng.shuffle(g)
+        rng.shuffle(lists)
+        while any(lists):
+            for g in lists:
+                if g:
+                    yield g.pop()
+

@@ -126,6 +126,7 @@ class BuildReport(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    builder_version: str = Field(description="changes whenever the same inputs would give other tasks")
     out_dir: str
     tasks_file: str
     seed: int

@@ -46,8 +46,21 @@ def apply_edit(source: str, edit: Edit) -> str:
     return source[: edit.start] + edit.text + source[edit.end:]
 
 
-def find_mutations(source: str, path: str) -> list[tuple[Mutation, Edit]]:
-    """All candidate mutations of ``source`` (file ``path``) whose result still parses."""
+def parses(source: str, edit: Edit) -> bool:
+    """Whether ``source`` with ``edit`` applied is still valid Python."""
+    try:
+        ast.parse(apply_edit(source, edit))
+    except SyntaxError:
+        return False
+    return True
+
+
+def find_mutations(source: str, path: str, verify: bool = True) -> list[tuple[Mutation, Edit]]:
+    """All candidate mutations of ``source`` (file ``path``), in a stable order.
+
+    With ``verify`` each result is parsed and dropped unless valid; without it
+    (cheaper for big files) callers check :func:`parses` before using one.
+    """
     finder = _Finder(source, path)
     finder.scan(ast.parse(source))
     out: list[tuple[Mutation, Edit]] = []
@@ -55,12 +68,7 @@ def find_mutations(source: str, path: str) -> list[tuple[Mutation, Edit]]:
     for mut, edit in finder.found:
         if mut.id in seen:
             continue
-        new = apply_edit(source, edit)
-        if new == source:
-            continue
-        try:
-            ast.parse(new)
-        except SyntaxError:
+        if source[edit.start:edit.end] == edit.text or (verify and not parses(source, edit)):
             continue
         seen.add(mut.id)
         out.append((mut, edit))

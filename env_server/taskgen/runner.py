@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .models import PackageSpec, RunResult, TestOutcome
+from .models import RunResult, TestOutcome
 
 _PLUGIN_NAME = "_taskgen_report"
 _PLUGIN_SOURCE = '''\
@@ -50,10 +50,13 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 class PytestRunner:
-    """Runs pytest for one package: ``env`` is its venv, ``plugin_dir`` holds the plugin."""
+    """Runs pytest in one venv: ``import_root`` (repo-relative) goes on PYTHONPATH,
+    ``test_paths`` are the default targets, ``plugin_dir`` holds the reporting plugin."""
 
-    def __init__(self, spec: PackageSpec, env: Path, plugin_dir: Path) -> None:
-        self.spec = spec
+    def __init__(self, env: Path, plugin_dir: Path, import_root: str = ".",
+                 test_paths: tuple[str, ...] = ()) -> None:
+        self.import_root = import_root
+        self.test_paths = test_paths
         self.env = env
         self.plugin_dir = plugin_dir
         self.runs = 0
@@ -62,11 +65,23 @@ class PytestRunner:
         if not plugin.exists() or plugin.read_text() != _PLUGIN_SOURCE:
             plugin.write_text(_PLUGIN_SOURCE)
 
+    def ini_args(self, repo: Path) -> list[str]:
+        """Pin rootdir and ini file to the repo's own, as in the sandbox, where nothing is above it.
+
+        Without this, a repo nested in another project would pick up that project's config.
+        """
+        ini = find_pytest_config(repo)
+        if ini is None:
+            ini = self.plugin_dir / "empty-pytest.ini"
+            if not ini.exists():
+                ini.write_text("[pytest]\n")
+        return ["-c", str(ini), "--rootdir", str(repo)]
+
     def run(self, repo: Path, targets: list[str] | None = None, timeout_s: float = 120.0) -> RunResult:
         """Run ``targets`` (node ids or paths; default the package's test paths) in ``repo``."""
         self.runs += 1
-        targets = list(targets or self.spec.test_paths)
-        root = (repo / self.spec.import_root).resolve()
+        targets = list(targets or self.test_paths)
+        root = (repo / self.import_root).resolve()
         with tempfile.TemporaryDirectory(prefix="taskgen-run-") as tmp:
             report = Path(tmp) / "report.json"
             env = {
@@ -80,7 +95,7 @@ class PytestRunner:
                 "TASKGEN_REPORT": str(report),
             }
             cmd = [str(self.env / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                   "-p", _PLUGIN_NAME, "--tb=short", "-o", "console_output_style=classic", *targets]
+                   "-p", _PLUGIN_NAME, *self.ini_args(repo), "--tb=short", *targets]
             start = time.monotonic()
             proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     start_new_session=True)
@@ -98,3 +113,14 @@ class PytestRunner:
         return RunResult(exit_code=None if timed_out else proc.returncode, timed_out=timed_out,
                          duration_s=round(duration, 3), tests=tests,
                          output_tail=out.decode("utf-8", "replace")[-3000:])
+
+
+def find_pytest_config(repo: Path) -> Path | None:
+    """The pytest config file pytest itself would pick in ``repo`` (its precedence), if any."""
+    checks = (("pytest.ini", None), (".pytest.ini", None), ("pyproject.toml", "[tool.pytest.ini_options]"),
+              ("tox.ini", "[pytest]"), ("setup.cfg", "[tool:pytest]"))
+    for name, section in checks:
+        p = repo / name
+        if p.is_file() and (section is None or section in p.read_text(encoding="utf-8", errors="replace")):
+            return p
+    return None

@@ -27,7 +27,7 @@ _OPENINGS = (
 )
 
 
-def test_source(repo: Path, nodeid: str) -> str | None:
+def source_of_test(repo: Path, nodeid: str) -> str | None:
     """Dedented source of the test function of ``nodeid`` (``file::[Class::]name[params]``)."""
     parts = nodeid.split("::")
     path = repo / parts[0]
@@ -83,7 +83,7 @@ def problem_statement(package: str, version: str, repo: Path, fail_to_pass: list
     message = clean_message(messages.get(first, ""))
     parts = [rng.choice(_OPENINGS).format(pkg=package, ver=version, summary=_summary(first, message)), ""]
     parts.append(f"The project's own test `{first}` fails.")
-    source = test_source(repo, first) if detail >= 2 else None
+    source = source_of_test(repo, first) if detail >= 2 else None
     if source:
         parts += ["", "Reproducer (the test's code):", "", "```python", source, "```"]
     if message and detail >= 1:
@@ -101,7 +101,7 @@ def problem_statement(package: str, version: str, repo: Path, fail_to_pass: list
 def leaks(statement: str, mutation: Mutation, changed_lines: list[str]) -> list[str]:
     """Reasons the statement gives away where or what the injected change is (empty: none)."""
     found = []
-    if mutation.path in statement:
+    if re.search(rf"(?<![\w.-]){re.escape(mutation.path)}", statement):
         found.append("names the modified file")
     base = Path(mutation.path).name
     if base != "__init__.py" and re.search(rf"(?<![\w/]){re.escape(base)}", statement):

@@ -11,11 +11,11 @@ import asyncio
 import inspect
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
+from docker_testlib import sandbox_containers, wait_gone
 from sandbox import SandboxConfig, WorkspaceSpec
 
 IMAGE = os.environ.get("SWE_SANDBOX_IMAGE", "swe-openenv-sandbox:latest")
@@ -65,22 +65,6 @@ def image(client) -> str:
     except docker.errors.ImageNotFound:
         _unavailable(f"image {IMAGE} missing (run docker/build-images.sh)")
     return IMAGE
-
-
-def sandbox_containers(client) -> set[str]:
-    from sandbox.docker import LABEL
-
-    return {c.id for c in client.containers.list(all=True, filters={"label": f"{LABEL}=1"})}
-
-
-def wait_gone(client, ids: set[str], seconds: float = 10.0) -> set[str]:
-    """The containers of ``ids`` still present after up to ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while True:
-        left = sandbox_containers(client) & ids
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.2)
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,6 @@
 import pytest
 
-from replay_fixtures import bash
+from .replay_fixtures import bash
 from trainer_client.replay import AgreementRule, ToolAction, decide
 
 X, Y, Z, W = bash("pytest -q"), bash("ls"), bash("cat setup.py"), bash("git status")

@@ -2,7 +2,7 @@ import asyncio
 
 import pytest
 
-from replay_fixtures import bash, state, teachers
+from .replay_fixtures import bash, state, teachers
 from trainer_client.replay.budget import Budget, estimate_prompt_tokens, worst_case_cost
 
 

@@ -7,8 +7,8 @@ import sys
 
 import yaml
 
-from fake_teacher import FakeTeacherServer, Reply
-from replay_fixtures import bash, state, teachers
+from .fake_teacher import FakeTeacherServer, Reply
+from .replay_fixtures import bash, state, teachers
 from trainer_client.replay import PreferencePair, load_teachers
 from trainer_client.replay.cli import add_subcommands
 
@@ -81,6 +81,11 @@ def test_bad_inputs_exit_2_with_a_message(tmp_path, capsys, monkeypatch):
                               "--out", str(tmp_path / "p")])
     assert args.func(args) == 2
     assert "bad.jsonl:1: not a state(t) record" in capsys.readouterr().err
+    (tmp_path / "raw.jsonl").write_text('{"kind": "reset", "episode_id": "e", "tools": []}\n')
+    args = parser.parse_args(["replay", "--traces", str(tmp_path / "raw.jsonl"), "--teachers", str(cfg),
+                              "--out", str(tmp_path / "p")])
+    assert args.func(args) == 2
+    assert "raw env-server episode log" in capsys.readouterr().err
 
 
 def test_packaged_defaults_name_the_three_design_teachers():

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from fake_teacher import FakeTeacherServer, Reply
-from replay_fixtures import bash, state, teachers
+from .fake_teacher import FakeTeacherServer, Reply
+from .replay_fixtures import bash, state, teachers
 from trainer_client.replay.budget import Budget
 from trainer_client.replay.client import TeacherClient, retry_after_seconds
 
@@ -73,7 +73,7 @@ def test_4xx_is_not_retried():
 
 def test_timeout_is_retried_and_charged_worst_case():
     def script(m, b, n):
-        return Reply.call("bash", delay=2.0, command="ls") if n == 0 else Reply.call("bash", command="ls")
+        return Reply.call("bash", delay=1.0, command="ls") if n == 0 else Reply.call("bash", command="ls")
     with FakeTeacherServer(script) as fake:
         rec = ask(fake, timeout=0.3)
     assert rec.ok and rec.attempts == 2 and rec.cost_estimated

@@ -1,4 +1,4 @@
-from replay_fixtures import TOOLS, bash
+from .replay_fixtures import TOOLS, bash
 from trainer_client.replay import NormalizeConfig, PairProvenance, PreferencePair, ToolAction, normalize_pairs
 
 

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from fake_teacher import FakeTeacherServer, Reply
-from replay_fixtures import bash, state, teachers
+from .fake_teacher import FakeTeacherServer, Reply
+from .replay_fixtures import bash, state, teachers
 from trainer_client.replay import GatingConfig, ReplayOptions, StateRecord, read_trace_files, replay
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from sbxlib import CACHE_DIR, Harness, SecretRepo, make_secret_repo, wait_no_procs, host_procs, CommandResult
+from sbxlib import CACHE_DIR, CommandResult, Harness, SecretRepo, host_procs, make_secret_repo, wait_no_procs
 
 TEST_TIMEOUT_S = 240
 
@@ -101,9 +101,9 @@ def sandbox_layer_healthy(request: pytest.FixtureRequest, cache_dir: Path):
     if "harness" not in request.fixturenames:
         yield
         return
+    h: Harness = request.getfixturevalue("harness")
     baseline = set(host_procs())
     yield
-    h: Harness = request.getfixturevalue("harness")
     leaked = wait_no_procs(baseline)
     res = asyncio.run(_health(h))
     assert res.ok and res.output.strip() == "ok", f"sandbox layer unhealthy after the test: {res!r}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 
+import pytest
 from sbxlib import py, sh
 
 from sandbox.models import DEFAULT_BLOCKED_TOOLS
@@ -22,6 +23,8 @@ def _host_blocked_binaries() -> dict[str, int]:
                 if name not in names:
                     continue
                 path = os.path.realpath(os.path.join(dirpath, name))
+                if not os.access(path, os.X_OK) or path.startswith("/usr/share/"):
+                    continue  # e.g. /usr/share/binfmts/jar: a config file, not the tool
                 try:
                     with open(path, "rb") as f:
                         data = f.read()
@@ -91,14 +94,18 @@ async def test_busybox_and_toybox_absent_in_whole_view(harness):
 
 
 async def test_copied_binary_not_executable_in_any_writable_dir(harness):
-    """cp an allowed binary into every writable place, chmod +x, exec: refused everywhere."""
+    """cp an allowed binary into every writable place (fixed list + every mount point),
+    chmod +x, exec: refused everywhere."""
     async with harness.session() as sb:
         res = await sh(sb, """
-            for d in /workspace /tmp /tmp/home /dev /dev/shm /dev/pts /.swe/upper /.swe/upper/u /var/tmp /run "$HOME"; do
+            dirs="/workspace /tmp /tmp/home /dev /dev/shm /dev/pts /dev/mqueue /.swe/upper /.swe/upper/u /var/tmp /run $HOME"
+            dirs="$dirs $(cut -d' ' -f5 /proc/self/mountinfo)"
+            dirs="$dirs $(python3 -c 'import sys; print(" ".join(sys.path[1:]))')"
+            for d in $dirs; do
+              [ -d "$d" ] || continue
               cp /usr/bin/id "$d/x-id" 2>/dev/null || continue
               chmod 755 "$d/x-id"
               out=$("$d/x-id" -u 2>&1) && echo "EXECUTED $d: $out"
-              out=$(bash -c "exec -a probe $d/x-id -u" 2>&1) && echo "EXECUTED-A $d: $out"
               echo "tried $d"
             done""")
         assert "tried /workspace" in res.output and "tried /tmp" in res.output, res.output
@@ -120,6 +127,9 @@ async def test_dynamic_loader_cannot_run_a_copy(harness):
         assert "LOADED" not in res.output, res.output
 
 
+@pytest.mark.xfail(strict=True, reason="FINDING: memfd_create + execve(/proc/self/fd/N) runs any ELF the "
+                   "agent brings as bytes (Landlock and noexec do not cover memfds); seccomp must refuse "
+                   "memfd_create without MFD_NOEXEC_SEAL (or set vm.memfd_noexec=2 for the pid namespace)")
 async def test_memfd_exec_refused(harness):
     """An ELF brought in as bytes (e.g. a static busybox) run from a memfd: refused."""
     async with harness.session() as sb:

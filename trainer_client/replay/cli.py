@@ -18,7 +18,7 @@ from .gating import GatingConfig
 from .models import StateRecord
 from .normalize import NormalizeConfig
 from .replay import ReplayOptions, ReplayResult, replay
-from .traces import TraceError, fetch_trace, read_trace_files
+from .traces import TraceError, env_client, fetch_trace, read_trace_files
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,6 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--env-url", help="env server base URL to fetch traces from")
     src.add_argument("--episode", action="append", default=[], metavar="ID",
                      help="episode id to fetch from --env-url (repeatable)")
+    src.add_argument("--env-token-env", default="ENV_SERVER_TOKEN", metavar="VAR",
+                     help="environment variable holding the env server's bearer token (default: %(default)s)")
     p.add_argument("--teachers", metavar="FILE",
                    help="teachers YAML (default: the packaged three teachers of the design docs)")
     p.add_argument("--out", required=True, metavar="JSONL", help="normalized pairs output")
@@ -61,7 +63,7 @@ async def _load_states(args: argparse.Namespace) -> list[StateRecord]:
     if args.episode:
         if not args.env_url:
             raise ReplayConfigError("--episode needs --env-url")
-        async with httpx.AsyncClient(timeout=60) as client:
+        async with env_client(args.env_token_env) as client:
             for ep in args.episode:
                 states.extend(await fetch_trace(client, args.env_url, ep))
     if not states:

@@ -31,7 +31,7 @@ class StateRecord(BaseModel):
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] = Field(default_factory=list)
     observation: dict[str, Any] = Field(default_factory=dict)
-    diff: str = ""
+    diff: str | None = ""
     next_action: ToolAction | None = None
 
     @property

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -84,6 +83,8 @@ async def replay(
     """Replay `states` to every teacher and mine pairs; per-call failures are recorded, not raised."""
     opts = options or ReplayOptions()
     budget = Budget(max_total_usd=opts.max_total_usd)
+    for t in teachers.teachers:  # fail fast on a missing key, before any client opens
+        t.api_key()
     clients = [TeacherClient(t, teachers.retry, budget) for t in teachers.teachers]
     names = [t.name for t in teachers.teachers]
     gate = asyncio.Semaphore(opts.max_steps_in_flight)

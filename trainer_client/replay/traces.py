@@ -1,8 +1,16 @@
-"""Reading frozen traces: exported JSONL files, or the env server's trace endpoints."""
+"""Reading frozen traces: exported state(t) JSONL files, or the env server's episode endpoints.
+
+The env server's `GET /episodes/{id}/trace` streams its compact episode log (a `reset`
+record, then one `step` record per action); the state(t) records themselves come from
+`GET /episodes/{id}/state/{t}`, so the server stays the one place that rebuilds what the
+student saw. A trace body that already holds state(t) records is accepted as is.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -15,12 +23,22 @@ class TraceError(ValueError):
     """A trace line or response is not a state(t) record."""
 
 
+_RAW_HINT = ("a raw env-server episode log (kind=reset/step), not state(t) records: "
+             "replay it from the server with --env-url URL --episode ID")
+
+
 def parse_jsonl(text: str, source: str) -> Iterator[StateRecord]:
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            yield StateRecord.model_validate(json.loads(line))
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TraceError(f"{source}:{lineno}: not JSON: {exc}") from exc
+        if isinstance(obj, dict) and obj.get("kind") in ("reset", "step") and "messages" not in obj:
+            raise TraceError(f"{source}:{lineno}: {_RAW_HINT}")
+        try:
+            yield StateRecord.model_validate(obj)
         except Exception as exc:
             raise TraceError(f"{source}:{lineno}: not a state(t) record: {exc}") from exc
 
@@ -33,12 +51,11 @@ def read_trace_files(paths: Iterable[str | Path]) -> list[StateRecord]:
     return states
 
 
-async def fetch_trace(client: httpx.AsyncClient, base_url: str, episode_id: str) -> list[StateRecord]:
-    """`GET {base}/episodes/{episode_id}/trace`: the episode's records as JSONL."""
-    url = f"{base_url.rstrip('/')}/episodes/{episode_id}/trace"
-    resp = await client.get(url)
-    resp.raise_for_status()
-    return list(parse_jsonl(resp.text, url))
+def env_client(token_env: str | None = "ENV_SERVER_TOKEN", timeout: float = 60.0) -> httpx.AsyncClient:
+    """An HTTP client for the env server, with its bearer token when the variable is set."""
+    token = os.environ.get(token_env) if token_env else None
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.AsyncClient(headers=headers, timeout=timeout)
 
 
 async def fetch_state(client: httpx.AsyncClient, base_url: str, episode_id: str, t: int) -> StateRecord:
@@ -50,3 +67,31 @@ async def fetch_state(client: httpx.AsyncClient, base_url: str, episode_id: str,
         return StateRecord.model_validate(resp.json())
     except Exception as exc:
         raise TraceError(f"{url}: not a state(t) record: {exc}") from exc
+
+
+async def fetch_trace(client: httpx.AsyncClient, base_url: str, episode_id: str,
+                      max_parallel: int = 8) -> list[StateRecord]:
+    """state(t) for every step of an episode that has a student action (t = 0 .. steps-1)."""
+    url = f"{base_url.rstrip('/')}/episodes/{episode_id}/trace"
+    resp = await client.get(url)
+    resp.raise_for_status()
+    lines = []
+    for line in resp.text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            lines.append(json.loads(line))
+        except json.JSONDecodeError:  # a torn last line of a live or crashed episode
+            break
+    if lines and "messages" in lines[0]:
+        return list(parse_jsonl(resp.text, url))
+    if not lines or lines[0].get("kind") != "reset":
+        raise TraceError(f"{url}: trace does not start with a reset record")
+    n_steps = sum(1 for rec in lines[1:] if rec.get("kind") == "step")
+    sem = asyncio.Semaphore(max_parallel)
+
+    async def one(t: int) -> StateRecord:
+        async with sem:
+            return await fetch_state(client, base_url, episode_id, t)
+
+    return list(await asyncio.gather(*(one(t) for t in range(n_steps))))

@@ -1,0 +1,168 @@
+"""Env-server benchmark on loopback: step latency over /ws and /mux, reset latency, concurrency sweep.
+
+Starts the real server (``env-server serve``, bwrap backend) on the demo task and
+prints the figures side by side. Usage:
+
+    python bench/bench_env_server.py [--steps 1000] [--sweep 8,64,256] [--trace-diffs all|edits|both]
+
+Targets (issue 3, one replica, 2 cores): step p50 <= 1 ms at low load; >= 3000 steps/s
+at 64 sessions; 256 sessions with zero errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import websockets
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from env_server.demo_task import demo_tasks_file  # noqa: E402
+
+TRUE = {"type": "call_tool", "tool_name": "bash", "arguments": {"command": "true"}}
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))] * 1000 if xs else float("nan")
+
+
+def start_server(tasks: Path, data: Path, max_sessions: int, trace_diffs: str) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "env_server.cli", "serve", "--port", str(port), "--tasks",
+                             str(tasks), "--data-dir", str(data), "--max-sessions", str(max_sessions),
+                             "--max-steps", "100000", "--trace-diffs", trace_diffs],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            httpx.get(url + "/health")
+            return proc, url
+        except httpx.TransportError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("server did not start")
+
+
+async def ws_latency(url: str, n: int) -> tuple[list[float], list[float]]:
+    resets, steps = [], []
+    async with websockets.connect(url.replace("http", "ws") + "/ws", max_size=None) as ws:
+        for _ in range(3):
+            t = time.perf_counter()
+            await ws.send(json.dumps({"type": "reset"}))
+            json.loads(await ws.recv())
+            resets.append(time.perf_counter() - t)
+        frame = json.dumps({"type": "step", "data": TRUE})
+        for _ in range(n):
+            t = time.perf_counter()
+            await ws.send(frame)
+            await ws.recv()
+            steps.append(time.perf_counter() - t)
+    return resets, steps
+
+
+async def mux_latency(url: str, n: int) -> list[float]:
+    steps = []
+    async with websockets.connect(url.replace("http", "ws") + "/mux", max_size=None) as ws:
+        await ws.send(json.dumps({"request_id": "r", "session_id": "s", "type": "reset", "data": {}}))
+        await ws.recv()
+        for i in range(n):
+            t = time.perf_counter()
+            await ws.send(json.dumps({"request_id": str(i), "session_id": "s", "type": "step", "data": TRUE}))
+            await ws.recv()
+            steps.append(time.perf_counter() - t)
+    return steps
+
+
+async def sweep(url: str, sessions: int, steps: int) -> dict[str, float]:
+    """``sessions`` sessions over one /mux connection, each doing ``steps`` sequential steps."""
+    errors = 0
+    lat: list[float] = []
+    waiters: dict[str, asyncio.Future] = {}
+    async with websockets.connect(url.replace("http", "ws") + "/mux", max_size=None) as ws:
+        async def reader() -> None:
+            async for raw in ws:
+                frame = json.loads(raw)
+                fut = waiters.pop(frame["request_id"], None)
+                if fut is not None:
+                    fut.set_result(frame)
+
+        async def req(rid: str, sid: str, type_: str, data: dict) -> dict:
+            fut = asyncio.get_running_loop().create_future()
+            waiters[rid] = fut
+            await ws.send(json.dumps({"request_id": rid, "session_id": sid, "type": type_, "data": data}))
+            return await asyncio.wait_for(fut, 600)
+
+        pump = asyncio.create_task(reader())
+        resets = await asyncio.gather(*(req(f"r{i}", f"s{i}", "reset", {}) for i in range(sessions)))
+        errors += sum(r["type"] == "error" for r in resets)
+
+        async def session(i: int) -> None:
+            nonlocal errors
+            for k in range(steps):
+                t = time.perf_counter()
+                r = await req(f"s{i}-{k}", f"s{i}", "step", TRUE)
+                lat.append(time.perf_counter() - t)
+                errors += r["type"] == "error" or "error_kind" in r["data"].get("metadata", {})
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(session(i) for i in range(sessions)))
+        wall = time.perf_counter() - t0
+        await asyncio.gather(*(req(f"c{i}", f"s{i}", "close", {}) for i in range(sessions)))
+        pump.cancel()
+    return {"sessions": sessions, "steps_per_s": len(lat) / wall, "p50_ms": pct(lat, 0.5),
+            "p99_ms": pct(lat, 0.99), "errors": errors}
+
+
+def run_mode(tasks: Path, trace_diffs: str, n: int, sweep_sizes: list[int], sweep_steps: int) -> dict:
+    with tempfile.TemporaryDirectory() as data:
+        proc, url = start_server(tasks, Path(data), max(sweep_sizes + [8]) + 4, trace_diffs)
+        try:
+            resets, ws_steps = asyncio.run(ws_latency(url, n))
+            mux_steps = asyncio.run(mux_latency(url, n))
+            rows = [asyncio.run(sweep(url, s, sweep_steps)) for s in sweep_sizes]
+        finally:
+            proc.terminate()
+            proc.wait(60)
+    return {"reset_ms": statistics.median(resets) * 1000, "ws": (pct(ws_steps, .5), pct(ws_steps, .99)),
+            "mux": (pct(mux_steps, .5), pct(mux_steps, .99)), "sweep": rows}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--sweep", default="8,64,256")
+    ap.add_argument("--sweep-steps", type=int, default=20)
+    ap.add_argument("--trace-diffs", choices=["all", "edits", "both"], default="both")
+    a = ap.parse_args()
+    tasks = demo_tasks_file()
+    sizes = [int(x) for x in a.sweep.split(",") if x]
+    modes = ["all", "edits"] if a.trace_diffs == "both" else [a.trace_diffs]
+    results = {m: run_mode(tasks, m, a.steps, sizes, a.sweep_steps) for m in modes}
+    print(f"env-server bench: bash('true'), loopback, {os.cpu_count()} cores, {a.steps} sequential steps")
+    print(f"{'':34}" + "".join(f"{'trace-diffs=' + m:>22}" for m in modes))
+    print(f"{'reset p50 (ms)':34}" + "".join(f"{results[m]['reset_ms']:>22.1f}" for m in modes))
+    for k in ("ws", "mux"):
+        print(f"{'step /' + k + ' p50 / p99 (ms)':34}"
+              + "".join(f"{results[m][k][0]:>13.3f} /{results[m][k][1]:>7.3f}" for m in modes))
+    for i, s in enumerate(sizes):
+        print(f"{f'{s} sessions x {a.sweep_steps}: steps/s, p99, err':34}"
+              + "".join(f"{results[m]['sweep'][i]['steps_per_s']:>9.0f},{results[m]['sweep'][i]['p99_ms']:>7.1f}ms,"
+                        f"{results[m]['sweep'][i]['errors']:>4}" for m in modes))
+    print("targets: step p50 <= 1 ms; >= 3000 steps/s at 64 sessions; 0 errors at 256 sessions")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""The FastAPI app: OpenEnv's routes, ``/ws``, ``/mux``, ``/mcp``, traces and metrics.
+
+Production mode in OpenEnv's terms: no HTTP ``/reset`` ``/step`` ``/state``
+(sessions live on WebSockets or HTTP MCP sessions); finished episodes are read
+back over ``/episodes/...``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+
+from fastapi import APIRouter, Depends, FastAPI, Request, WebSocket
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import TypeAdapter
+
+from .auth import token_ok
+from .config import ServerConfig
+from .errors import ProtocolError
+from .mcp import PARSE_ERROR, handle_jsonrpc
+from .mux import serve_mux
+from .protocol import MUX_SUBPROTOCOL, PROTOCOL_VERSION, Action, EpisodeState, ErrorCode, StateRecord, SWEObservation
+from .service import EnvService
+from .task import TaskInstance, load_tasks
+from .tools import TOOL_SPECS
+from .traces import TraceError
+from .ws import serve_ws
+
+_STATUS = {ErrorCode.UNAUTHORIZED: 401, ErrorCode.EPISODE_NOT_FOUND: 404, ErrorCode.STEP_OUT_OF_RANGE: 404,
+           ErrorCode.SESSION_NOT_FOUND: 404, ErrorCode.TASK_NOT_FOUND: 404}
+
+
+def create_app(config: ServerConfig, tasks: list[TaskInstance] | None = None) -> FastAPI:
+    """Build the app; ``tasks`` defaults to loading ``config.tasks_path``."""
+    service = EnvService(config, tasks if tasks is not None else load_tasks(config.tasks_path))
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        reaper = asyncio.create_task(service.reap_idle())
+        try:
+            yield
+        finally:
+            reaper.cancel()
+            await service.shutdown()
+
+    app = FastAPI(title="swe-openenv env server", version=PROTOCOL_VERSION, lifespan=lifespan)
+    app.state.service = service
+
+    async def require_token(request: Request) -> None:
+        if not token_ok(config.auth_token, request.headers, request.query_params):
+            raise ProtocolError(ErrorCode.UNAUTHORIZED, "missing or wrong bearer token")
+
+    @app.exception_handler(ProtocolError)
+    async def _protocol_error(_: Request, exc: ProtocolError) -> JSONResponse:
+        return JSONResponse({"error": exc.data()}, status_code=_STATUS.get(exc.code, 400))
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "healthy"}
+
+    api = APIRouter(dependencies=[Depends(require_token)])
+
+    @api.get("/metadata")
+    async def metadata() -> dict[str, Any]:
+        return {"name": "swe-openenv", "version": PROTOCOL_VERSION,
+                "description": "SWE-style coding episodes in a hardened sandbox, graded by hidden tests.",
+                "tasks": len(service.tasks), "tools": [t.mcp() for t in TOOL_SPECS], "backend": config.sandbox.backend,
+                "extensions": ["error-site-markers", "state-t-replay", "multiplexed-websocket"],
+                "mux_subprotocol": MUX_SUBPROTOCOL, "max_sessions": config.max_sessions}
+
+    @api.get("/schema")
+    async def schema() -> dict[str, Any]:
+        return {"action": TypeAdapter(Action).json_schema(), "observation": SWEObservation.model_json_schema(),
+                "state": EpisodeState.model_json_schema(), "state_record": StateRecord.model_json_schema()}
+
+    @api.post("/mcp")
+    async def mcp(request: Request) -> dict[str, Any]:
+        try:
+            body = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return {"jsonrpc": "2.0", "id": None, "error": {"code": PARSE_ERROR, "message": f"Parse error: {exc}"}}
+        return await handle_jsonrpc(service, body)
+
+    @api.get("/metrics")
+    async def metrics() -> Response:
+        return Response(service.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @api.get("/episodes")
+    async def episodes(limit: int = 1000) -> dict[str, Any]:
+        return {"episodes": service.store.list(limit)}
+
+    @api.get("/episodes/{episode_id}/state/{t}")
+    async def episode_state(episode_id: str, t: int) -> dict[str, Any]:
+        return service.episode_state(episode_id, t)
+
+    @api.get("/episodes/{episode_id}/trace")
+    async def episode_trace(episode_id: str) -> StreamingResponse:
+        try:
+            lines = service.store.iter_lines(episode_id)
+            first = next(lines, b"")
+        except TraceError as exc:
+            raise ProtocolError(ErrorCode(exc.code), str(exc)) from None
+
+        def body() -> Any:
+            yield first
+            yield from lines
+        return StreamingResponse(body(), media_type="application/x-ndjson")
+
+    app.include_router(api)
+
+    async def _authorised(ws: WebSocket) -> bool:
+        if token_ok(config.auth_token, ws.headers, ws.query_params):
+            return True
+        await ws.close(code=1008, reason="missing or wrong bearer token")
+        return False
+
+    @app.websocket("/ws")
+    async def ws_endpoint(ws: WebSocket) -> None:
+        if await _authorised(ws):
+            await serve_ws(ws, service)
+
+    @app.websocket("/mux")
+    async def mux_endpoint(ws: WebSocket) -> None:
+        if await _authorised(ws):
+            await serve_mux(ws, service)
+
+    return app

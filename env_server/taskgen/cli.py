@@ -1,0 +1,84 @@
+"""``env-server tasks build|validate`` (also ``python -m env_server.taskgen build|validate``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from .build import DEFAULT_TASKS_PER_PACKAGE, build_tasks
+from .packages import CATALOG
+from .sources import TaskgenError
+
+
+def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``tasks`` with ``build`` and ``validate`` to a parser's subcommands."""
+    tasks = subparsers.add_parser("tasks", help="build or validate task files")
+    sub = tasks.add_subparsers(dest="tasks_command", required=True)
+    add_task_commands(sub)
+
+
+def add_task_commands(sub: argparse._SubParsersAction) -> None:
+    build = sub.add_parser("build", help="synthesize bug-fix tasks from pinned PyPI sdists")
+    build.add_argument("--out", type=Path, required=True, help="output directory (tasks.jsonl, repos/, envs/)")
+    build.add_argument("--packages", nargs="+", default=None, metavar="NAME",
+                       help=f"packages to use (default: all of {', '.join(CATALOG)}); commas also separate")
+    build.add_argument("--seed", type=int, default=0)
+    build.add_argument("--max-tasks", type=int, default=None, help="cap on the total, spread over the packages")
+    build.add_argument("--min-tasks", type=int, default=None, help="fail (exit 1) below this many (default 30)")
+    build.add_argument("--tasks-per-package", type=int, default=None,
+                       help=f"default {DEFAULT_TASKS_PER_PACKAGE} (or max-tasks spread evenly)")
+    build.add_argument("--cache-dir", type=Path, default=None,
+                       help="downloads, envs and verdicts (default $SWE_OPENENV_TASKGEN_CACHE or ~/.cache)")
+    build.add_argument("--quiet", action="store_true")
+    build.set_defaults(func=_build)
+
+    validate = sub.add_parser("validate", help="grade every task: gold patch -> 1.0, empty diff -> 0.0")
+    validate.add_argument("file", type=Path, help="SWE-bench-format JSON/JSONL task file with local repo_path")
+    validate.add_argument("--backend", choices=["bwrap", "docker", "host"], default="bwrap",
+                          help="sandbox used by the grader; 'host' runs the tests without a sandbox")
+    validate.add_argument("--concurrency", type=int, default=2)
+    validate.set_defaults(func=_validate)
+
+
+def _build(args: argparse.Namespace) -> int:
+    packages = None
+    if args.packages:
+        packages = [p for item in args.packages for p in item.split(",") if p]
+    log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    try:
+        report = build_tasks(args.out, packages=packages, seed=args.seed, max_tasks=args.max_tasks,
+                             min_tasks=args.min_tasks, tasks_per_package=args.tasks_per_package,
+                             cache_dir=args.cache_dir, log=log)
+    except (KeyError, ValueError, TaskgenError) as exc:
+        print(f"env-server tasks build: {exc}", file=sys.stderr)
+        return 2
+    print(f"{'package':<24} {'tasks':>5} {'tried':>5}  rejected / error")
+    for p in report.packages:
+        detail = p.error or ", ".join(f"{k}={v}" for k, v in sorted(p.rejected.items()))
+        print(f"{p.package:<24} {p.tasks:>5} {p.candidates_tried:>5}  {detail}")
+    print(f"{report.n_tasks} task(s) in {report.tasks_file} ({report.duration_s:.1f}s, "
+          f"{report.pytest_runs} pytest run(s)); minimum {report.min_tasks}: {'ok' if report.ok else 'NOT MET'}")
+    return 0 if report.ok else 1
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from env_server.task import TaskFileError
+
+    from .validate import validate_file
+
+    try:
+        report = asyncio.run(validate_file(args.file, backend=args.backend, concurrency=args.concurrency))
+    except TaskFileError as exc:
+        print(f"env-server tasks validate: {exc}", file=sys.stderr)
+        return 2
+    print(report.table())
+    return 0 if report.ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m env_server.taskgen", description="task builder")
+    add_task_commands(parser.add_subparsers(dest="tasks_command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)

@@ -1,0 +1,23 @@
+"""Helpers shared by the docker backend tests (imported by name: tests/docker is on sys.path)."""
+
+from __future__ import annotations
+
+import time
+
+
+def sandbox_containers(client, mine: bool = True) -> set[str]:
+    """Ids of sandbox containers: this process's only (others may run tests beside us)."""
+    from sandbox.docker import _OWNER, LABEL, LABEL_OWNER
+
+    labels = [f"{LABEL}=1"] + ([f"{LABEL_OWNER}={_OWNER}"] if mine else [])
+    return {c.id for c in client.containers.list(all=True, filters={"label": labels})}
+
+
+def wait_gone(client, ids: set[str], seconds: float = 10.0) -> set[str]:
+    """The containers of ``ids`` still present after up to ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = sandbox_containers(client, mine=False) & ids
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)

@@ -1,0 +1,44 @@
+"""grade_submission in the real sandbox: gold, no-op, tampering with tests, cache, pass-rate."""
+
+from __future__ import annotations
+
+from sandbox import SandboxConfig
+
+from conftest import requires_sandbox, run
+from env_server.grading import GradeCache, grade_submission
+
+pytestmark = requires_sandbox
+
+
+def test_gold_resolves_and_identical_diffs_are_cached(demo_task):
+    cache = GradeCache()
+    first = run(grade_submission(demo_task, demo_task.patch, SandboxConfig(), cache=cache))
+    assert first.reward == 1.0 and first.resolved and not first.cached
+    assert first.tests_passed == len(demo_task.tests) and first.tests_failed == 0
+    again = run(grade_submission(demo_task, demo_task.patch.replace("index ", "index 0"), SandboxConfig(),
+                                 cache=cache))
+    assert again.cached and again.reward == 1.0
+
+
+def test_no_fix_fails_and_pass_rate_counts(demo_task):
+    res = run(grade_submission(demo_task, "", SandboxConfig(), cache=GradeCache()))
+    assert res.reward == 0.0 and res.fail_to_pass == {demo_task.FAIL_TO_PASS[0]: "failed"}
+    rate = run(grade_submission(demo_task, "", SandboxConfig(), "pass_rate", cache=GradeCache()))
+    assert 0.0 < rate.reward < 1.0 and rate.reward == rate.tests_passed / len(demo_task.tests)
+
+
+def test_agent_edits_to_tests_are_dropped(demo_task):
+    # an agent that "fixes" by shipping its own test_six.py (and a .pyc) gets no credit for it
+    fake_tests = ("diff --git a/test_six.py b/test_six.py\nnew file mode 100644\n--- /dev/null\n+++ b/test_six.py\n"
+                  "@@ -0,0 +1,2 @@\n+def test_b():\n+    pass\n")
+    pyc = ("diff --git a/__pycache__/six.cpython-311.pyc b/__pycache__/six.cpython-311.pyc\nnew file mode 100644\n"
+           "Binary files /dev/null and b/__pycache__/six.cpython-311.pyc differ\n")
+    res = run(grade_submission(demo_task, fake_tests + pyc, SandboxConfig(), cache=GradeCache()))
+    assert res.reward == 0.0 and len(res.dropped) == 2
+    assert "test_six.py (test file)" in res.dropped
+
+
+def test_a_diff_that_does_not_apply_is_an_agent_error(demo_task):
+    broken = "diff --git a/six.py b/six.py\n--- a/six.py\n+++ b/six.py\n@@ -1,1 +1,1 @@\n-no such line\n+x\n"
+    res = run(grade_submission(demo_task, broken, SandboxConfig(), cache=GradeCache()))
+    assert res.reward == 0.0 and res.error_source == "agent" and not res.applied

@@ -1,0 +1,80 @@
+"""ThreeChannelLossMixin on a real TRL GRPOTrainer (tiny Qwen2, real tokenizer, CPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from datasets import Dataset
+from trl import GRPOConfig, GRPOTrainer
+
+from trainer_client.losses import LossConfig, ThreeChannelLossMixin
+
+from .conftest import QWEN_VOCAB, tiny_qwen
+from .pairs_data import write_pairs
+from .rollouts import make_grpo_batch
+
+
+class _Trainer(ThreeChannelLossMixin, GRPOTrainer):
+    def __init__(self, *args, loss_config=None, **kwargs):
+        self.loss_config = loss_config
+        super().__init__(*args, **kwargs)
+
+
+def _reward(completions, **kwargs):
+    return [0.0] * len(completions)
+
+
+def _make(cls, tokenizer, tmp_path, model, **extra):
+    args = GRPOConfig(
+        output_dir=str(tmp_path), report_to=[], use_cpu=True, bf16=False, beta=0.0,
+        per_device_train_batch_size=4, num_generations=4, max_completion_length=64, loss_type="dapo",
+    )
+    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": "hi"}]}] * 4)
+    return cls(model=model, reward_funcs=_reward, args=args, train_dataset=ds, processing_class=tokenizer, **extra)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_qwen(QWEN_VOCAB, seed=3)
+
+
+@pytest.mark.parametrize(
+    "config,with_sites",
+    [
+        (LossConfig(alpha=0.0, beta=0.0), True),  # weights zero
+        (LossConfig(alpha=0.5, beta=0.5, pref_loss="simpo"), False),  # no sites, no pairs
+    ],
+)
+def test_total_equals_trl_grpo_loss_exactly(config, with_sites, model, tokenizer, tmp_path):
+    batch = make_grpo_batch(tokenizer, 4, with_sites=with_sites)
+    base = _make(GRPOTrainer, tokenizer, tmp_path / "a", model)
+    mixed = _make(_Trainer, tokenizer, tmp_path / "b", model, loss_config=config)
+    for t in (base, mixed):
+        t.current_gradient_accumulation_steps = 2
+    expected = base._compute_loss(model, batch)
+    got = mixed._compute_loss(model, batch)
+    assert torch.equal(got, expected)
+    assert mixed._metrics["train"]["channels/total"] == [float(expected.detach())]
+    assert mixed._metrics["train"]["channels/sdpo"] == [0.0]
+
+
+def test_channels_added_scaled_and_logged(model, tokenizer, tmp_path):
+    pairs = write_pairs(tmp_path / "pairs.jsonl", 3)
+    cfg = LossConfig(alpha=0.5, beta=0.25, pref_loss="dpo", pairs_path=str(pairs), pairs_per_step=2)
+    batch = make_grpo_batch(tokenizer, 4)
+    base = _make(GRPOTrainer, tokenizer, tmp_path / "a", model)
+    mixed = _make(_Trainer, tokenizer, tmp_path / "b", model, loss_config=cfg)
+    for t in (base, mixed):
+        t.current_gradient_accumulation_steps = 2
+    grpo = base._compute_loss(model, batch)
+    total = mixed._compute_loss(model, batch)
+    m = {k: v[-1] for k, v in mixed._metrics["train"].items() if k.startswith("channels/")}
+    assert m["channels/error_sites"] == 4 and m["channels/pairs"] == 2 and m["channels/sdpo_tokens"] > 0
+    assert m["channels/sdpo"] > 0 and m["channels/replay"] > 0
+    assert len(mixed._channel_state.reference) == 3  # DPO references cached once, at step 0
+    expected = float(grpo.detach()) + (0.5 * m["channels/sdpo"] + 0.25 * m["channels/replay"]) / 2
+    assert float(total.detach()) == pytest.approx(expected, rel=1e-5, abs=1e-6)
+    assert m["channels/total"] == pytest.approx(float(total.detach()))
+    total.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    model.zero_grad()

@@ -1,0 +1,127 @@
+"""read_file / write_file / diff stay inside the workspace whatever the agent plants."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from sbxlib import SH_MARK, assert_no_secret, sh
+
+from sandbox import PathError
+
+ESCAPES = ["/etc/passwd", "../../etc/passwd", "/workspace/../etc/passwd", "pkg/../../etc/passwd",
+           "/proc/self/environ", "/tmp/outside", "//etc/passwd", "/workspace/../../../../tmp/outside",
+           "../workspace2/x", "/.swe/runtime.py"]
+
+
+async def _refused(coro, what: str) -> str:
+    try:
+        await asyncio.wait_for(coro, 30)
+    except PathError as e:
+        return e.reason
+    pytest.fail(f"{what!r} was accepted")
+
+
+async def test_read_file_refuses_paths_and_symlinks_out(harness):
+    async with harness.session() as sb:
+        await sh(sb, "echo outside > /tmp/outside; ln -s /etc/passwd l-passwd; ln -s ../../../etc l-up; "
+                     "ln -s / l-root; ln -s /tmp/outside l-tmp; ln -s l-tmp l-chain; mkdir -p d; "
+                     "ln -s ../../tmp d/l-rel; ln -s /dev/zero l-zero; "
+                     f"ln -s {harness.repo.host_secret_file} l-host")
+        for path in ESCAPES + ["l-passwd", "l-up/passwd", "l-root/etc/passwd", "l-tmp", "l-chain",
+                               "d/l-rel/outside", "l-zero", "l-host",
+                               "/workspace/l-root/tmp/outside"]:
+            reason = await _refused(sb.read_file(path), path)
+            assert reason in ("outside_workspace", "not_found", "bad_path"), (path, reason)
+        assert (await sb.read_file("pkg/core.py")).startswith(b"def feature")
+
+
+@pytest.mark.xfail(strict=True, reason="contract bug: a symlink into an unreadable /proc/1/root makes "
+                   "read_file raise a generic SandboxError('runtime_error: PermissionError') instead of PathError "
+                   "(nothing leaks)")
+async def test_read_file_symlink_into_proc_root_is_a_path_error(harness):
+    async with harness.session() as sb:
+        await sh(sb, "ln -s /proc/1/root l-proc1")
+        assert await _refused(sb.read_file("l-proc1/etc/passwd"), "l-proc1/etc/passwd") == "outside_workspace"
+
+
+async def test_write_file_refuses_paths_and_symlinks_out(harness):
+    async with harness.session() as sb:
+        await sh(sb, "echo orig > /tmp/victim; ln -s /tmp/victim l-victim; ln -s /tmp l-tmpdir; "
+                     "ln -s /etc/passwd l-passwd; ln -s ../../../tmp l-up; mkfifo fifo")
+        for path in ESCAPES + ["l-victim", "l-tmpdir/new", "l-passwd", "l-up/new",
+                               f"{harness.repo.host_secret_file}"]:
+            await _refused(sb.write_file(path, b"pwned\n"), path)
+        res = await sh(sb, "cat /tmp/victim; ls /tmp; head -1 /etc/passwd")
+        assert "pwned" not in res.output and "new" not in res.output.split(), res.output
+    assert harness.repo.host_secret_file.read_text().endswith("-hostfile\n")
+
+
+async def test_read_file_special_files_do_not_hang(harness):
+    async with harness.session(max_file_read_bytes=1 << 20) as sb:
+        await sh(sb, "mkfifo fifo; head -c 3000000 /dev/zero > big; mkdir dir")
+        for path, reasons in (("fifo", {"not_a_file", "bad_path", "unreadable"}), ("big", {"too_large"}),
+                              ("dir", {"is_directory"}), ("missing", {"not_found"})):
+            assert await _refused(sb.read_file(path), path) in reasons, path
+        assert (await sh(sb, "echo ok")).output.strip() == "ok"
+
+
+async def test_symlink_swap_race_cannot_redirect_writes(harness):
+    """A background loop flips a directory into a symlink to /tmp while writes go on."""
+    async with harness.session() as sb:
+        await sh(sb, "mkdir -p /tmp/target; (for i in $(seq 20000); do rm -rf race; mkdir race; rm -rf race; "
+                     "ln -s /tmp/target race; done) >/dev/null 2>&1 &")
+        for i in range(300):
+            try:
+                await sb.write_file(f"race/f{i}", b"x")
+            except PathError:
+                pass
+        res = await sh(sb, "kill %1 2>/dev/null; sleep 0.2; ls /tmp/target | wc -l")
+        assert res.output.strip().splitlines()[-1] == "0", f"writes escaped to /tmp: {res.output}"
+
+
+async def _plant_git_config(sb, cmd: str) -> None:
+    await sh(sb, f"""
+        git config core.fsmonitor "{cmd}"
+        git config diff.external "{cmd}"
+        git config core.pager "{cmd}"
+        git config diff.evil.textconv "{cmd}"
+        git config filter.evil.clean "{cmd}"
+        git config filter.evil.process "{cmd}"
+        git config core.hooksPath /workspace/hooks
+        mkdir -p hooks; printf '#!/bin/sh\\n{cmd}\\n' > hooks/post-index-change; chmod +x hooks/post-index-change
+        printf '* diff=evil filter=evil\\n' > .gitattributes
+        echo change >> pkg/core.py; echo {SH_MARK}-diff > new.py""")
+
+
+async def test_diff_never_runs_agent_git_config_on_host(harness, tmp_path):
+    """Whatever the agent plants in .git/config or .gitattributes, diff() runs nothing on
+    the host and comes back with the changes."""
+    flag = tmp_path / "ran-on-host"
+    async with harness.session() as sb:
+        await _plant_git_config(sb, f"sh -c 'touch {flag}; cat'")
+        diff = await asyncio.wait_for(sb.diff(), 150)
+        assert "pkg/core.py" in diff and "new.py" in diff, diff[:2000]
+    assert not flag.exists(), "agent-planted git config ran on the host"
+
+
+@pytest.mark.xfail(strict=True, reason="FINDING: diff() runs `git add -A` in the agent's repository, so a "
+                   "`filter.<x>.clean` driver named in .gitattributes runs agent code in the runtime, outside "
+                   "any command's timeout; `sleep` in it makes diff() fail after 60 s (SandboxError), and its "
+                   "output replaces file contents in the diff")
+async def test_diff_runs_no_agent_git_filter_in_sandbox(harness):
+    async with harness.session() as sb:
+        await _plant_git_config(sb, "sh -c 'touch /workspace/AGENT-CODE-RAN; cat'")
+        await asyncio.wait_for(sb.diff(), 150)
+        res = await sh(sb, "ls AGENT-CODE-RAN 2>&1")
+        assert "No such file" in res.output, f"agent-planted git config ran during diff(): {res.output}"
+
+
+@pytest.mark.xfail(strict=True, reason="FINDING: diff() keeps its git index in the agent-writable /tmp "
+                   "(/tmp/.swe-diff-index); `mkdir /tmp/.swe-diff-index.lock` (or a symlink/FIFO there) makes "
+                   "every later diff() raise SandboxError('diff_failed'): the agent can make its episode ungradable")
+async def test_diff_survives_agent_planted_index_files(harness):
+    async with harness.session() as sb:
+        await sh(sb, "mkdir -p /tmp/.swe-diff-index.lock; echo change >> pkg/core.py")
+        diff = await asyncio.wait_for(sb.diff(), 150)
+        assert "pkg/core.py" in diff, diff[:2000]

@@ -1,0 +1,65 @@
+"""A small, cached pack of real tasks for tests: ``build_small_pack(n_tasks)``.
+
+Built with the real task builder from pinned PyPI sdists into the project-local,
+gitignored ``.cache/taskpack/`` and reused while its ``tasks.jsonl`` is complete.
+A file lock keeps parallel test processes from building it twice.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+from pathlib import Path
+
+from env_server.taskgen import BuildReport, build_tasks
+from env_server.taskgen.build import BUILDER_VERSION
+
+ROOT = Path(__file__).resolve().parent.parent
+PACK_DIR = ROOT / ".cache" / "taskpack"
+SMALL_PACK_PACKAGES = ("inflection", "toolz", "cachetools")
+
+
+def build_small_pack(n_tasks: int = 3, seed: int = 0) -> Path:
+    """Path of a ``tasks.jsonl`` holding ``n_tasks`` validated tasks (built once, then cached).
+
+    Repositories and venvs sit beside it (``repo_path``/``python_env`` are relative
+    to the file). Raises RuntimeError when the builder could not make enough tasks.
+    """
+    out = PACK_DIR / f"pack-n{n_tasks}-s{seed}"
+    tasks_file = out / "tasks.jsonl"
+    PACK_DIR.mkdir(parents=True, exist_ok=True)
+    with open(PACK_DIR / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _complete(out, n_tasks):
+            return tasks_file
+        packages = list(SMALL_PACK_PACKAGES[: max(1, min(n_tasks, len(SMALL_PACK_PACKAGES)))])
+        report = build_tasks(out, packages=packages, seed=seed, max_tasks=n_tasks, min_tasks=n_tasks,
+                             cache_dir=PACK_DIR / "cache")
+        if not report.ok:
+            raise RuntimeError(f"small task pack: built {report.n_tasks}/{n_tasks} tasks: "
+                               f"{[p.model_dump() for p in report.packages]}")
+        return tasks_file
+
+
+def load_small_pack(n_tasks: int = 3, seed: int = 0) -> list[dict]:
+    """The pack's task instances as dicts with ``repo_path``/``python_env`` made absolute."""
+    tasks_file = build_small_pack(n_tasks, seed)
+    tasks = [json.loads(line) for line in tasks_file.read_text().splitlines() if line.strip()]
+    for t in tasks:
+        for key in ("repo_path", "python_env"):
+            if t.get(key):
+                t[key] = str((tasks_file.parent / t[key]).resolve())
+    return tasks
+
+
+def _complete(out: Path, n_tasks: int) -> bool:
+    tasks_file = out / "tasks.jsonl"
+    try:
+        report = BuildReport.model_validate_json((out / "build_report.json").read_text())
+    except (OSError, ValueError):
+        return False
+    if report.builder_version != BUILDER_VERSION or not tasks_file.is_file():
+        return False
+    lines = [json.loads(line) for line in tasks_file.read_text().splitlines() if line.strip()]
+    return len(lines) == n_tasks and all(
+        (out / t["repo_path"] / ".git").is_dir() and (out / t["python_env"] / "bin").is_dir() for t in lines)

@@ -1,0 +1,75 @@
+"""``env-server tasks build|validate`` and ``python -m env_server.taskgen``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from env_server.cli import build_parser
+from env_server.taskgen.cli import main
+from taskpack import PACK_DIR, build_small_pack
+
+
+def test_env_server_cli_has_tasks_build_and_validate() -> None:
+    parser = build_parser()
+    args = parser.parse_args(["tasks", "build", "--out", "x", "--packages", "toolz,six", "--seed", "7"])
+    assert (args.out, args.packages, args.seed, args.func.__name__) == (Path("x"), ["toolz,six"], 7, "_build")
+    args = parser.parse_args(["tasks", "validate", "t.jsonl", "--backend", "docker"])
+    assert (args.file, args.backend, args.func.__name__) == (Path("t.jsonl"), "docker", "_validate")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["tasks", "validate", "t.jsonl", "--backend", "vm"])
+
+
+def test_module_entry_point_runs_standalone() -> None:
+    proc = subprocess.run([sys.executable, "-m", "env_server.taskgen", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "build" in proc.stdout and "validate" in proc.stdout
+
+
+def test_build_command_writes_tasks_and_a_table(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    build_small_pack(3)  # warms the cache this build reuses
+    rc = main(["build", "--out", str(tmp_path / "out"), "--packages", "inflection", "--max-tasks", "1",
+               "--cache-dir", str(PACK_DIR / "cache"), "--quiet"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    lines = (tmp_path / "out" / "tasks.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["instance_id"].startswith("inflection__0.5.1-")
+    assert "inflection-0.5.1" in out and "1 task(s)" in out and "ok" in out
+
+
+def test_build_command_reports_bad_input_and_unmet_minimum(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["build", "--out", str(tmp_path / "a"), "--packages", "no-such-pkg", "--quiet"]) == 2
+    assert "unknown package" in capsys.readouterr().err
+    rc = main(["build", "--out", str(tmp_path / "b"), "--packages", "inflection", "--max-tasks", "1",
+               "--min-tasks", "2", "--cache-dir", str(PACK_DIR / "cache"), "--quiet"])
+    assert rc == 1 and "NOT MET" in capsys.readouterr().out
+
+
+def test_validate_command_passes_a_good_pack(capsys: pytest.CaptureFixture) -> None:
+    assert main(["validate", str(build_small_pack(3)), "--backend", "host"]) == 0
+    out = capsys.readouterr().out
+    assert "validate (host): 3 passed, 0 failed" in out
+    rows = [line.split() for line in out.splitlines() if "__" in line]
+    assert len(rows) == 3 and all(r[1:4] == ["1.00", "0.00", "yes"] for r in rows)
+
+
+def test_validate_command_fails_on_an_inconsistent_task(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    pack = build_small_pack(3)
+    tasks = [json.loads(line) for line in pack.read_text().splitlines()]
+    broken = tasks[0]
+    for key in ("repo_path", "python_env"):
+        broken[key] = str((pack.parent / broken[key]).resolve())
+    broken["patch"] = ""  # the "gold" fix now fixes nothing
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(broken) + "\n")
+    assert main(["validate", str(bad), "--backend", "host"]) == 1
+    out = capsys.readouterr().out
+    assert "NO" in out and "gold patch does not resolve" in out and "0 passed, 1 failed" in out
+
+
+def test_validate_command_reports_an_unreadable_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["validate", str(tmp_path / "missing.jsonl")]) == 2
+    assert "cannot read task file" in capsys.readouterr().err

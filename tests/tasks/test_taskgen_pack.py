@@ -1,0 +1,99 @@
+"""A real small pack built by the task builder: its files, repos, venvs and validation."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from env_server.task import load_tasks
+from env_server.taskgen import build_tasks
+from env_server.taskgen.models import BuildReport, TaskRecord
+from env_server.taskgen.statement import leaks
+from env_server.taskgen.validate import host_grade, validate_file
+from taskpack import PACK_DIR, build_small_pack
+
+N = 3
+
+
+@pytest.fixture(scope="module")
+def pack() -> Path:
+    return build_small_pack(N)
+
+
+@pytest.fixture(scope="module")
+def report(pack: Path) -> BuildReport:
+    return BuildReport.model_validate_json((pack.parent / "build_report.json").read_text())
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
+
+
+def test_pack_is_swe_bench_format_with_local_paths(pack: Path) -> None:
+    lines = pack.read_text().splitlines()
+    assert len(lines) == N
+    records = [TaskRecord.model_validate_json(line) for line in lines]
+    assert len({r.instance_id for r in records}) == N and len({r.repo for r in records}) == N  # 3 packages
+    for r in records:
+        assert not Path(r.repo_path).is_absolute() and not Path(r.python_env).is_absolute()
+        assert r.FAIL_TO_PASS and not set(r.FAIL_TO_PASS) & set(r.PASS_TO_PASS)
+        assert r.patch.startswith("diff --git ") and r.test_patch == ""
+    loaded = load_tasks(pack)  # the env server's own loader
+    assert [t.instance_id for t in loaded] == [r.instance_id for r in records]
+
+
+def test_base_commit_holds_the_bug_and_the_gold_patch_reverses_it(pack: Path, report: BuildReport) -> None:
+    for task, prov in zip(load_tasks(pack), report.provenance, strict=True):
+        repo = task.repo_path
+        parent = git(repo, "rev-parse", f"{task.base_commit}^").strip()
+        assert git(repo, "diff", task.base_commit, parent) == task.patch  # patch = bug commit -> clean parent
+        changed = git(repo, "diff", "--name-only", task.base_commit, parent).split()
+        assert changed == [prov.mutation.path]
+        assert not any("test" in Path(p).name for p in changed)  # hidden tests are untouched
+
+
+def test_venv_lacks_the_package_and_points_at_the_workspace(pack: Path, report: BuildReport, tmp_path: Path) -> None:
+    for task, prov in zip(load_tasks(pack), report.provenance, strict=True):
+        module = prov.mutation.path.removeprefix("src/").split("/")[0].removesuffix(".py")
+        env = {"PATH": os.defpath, "HOME": str(tmp_path)}
+        probe = subprocess.run([str(task.python_env / "bin" / "python"), "-c", f"import {module}"],
+                               cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert probe.returncode != 0 and "ModuleNotFoundError" in probe.stderr, (module, probe.stderr)
+        pytest_ok = subprocess.run([str(task.python_env / "bin" / "python"), "-m", "pytest", "--version"],
+                                   cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert pytest_ok.returncode == 0
+        (pth,) = task.python_env.glob("lib/python*/site-packages/_swe_workspace.pth")
+        assert pth.read_text().strip() in ("/workspace", "/workspace/src")
+
+
+def test_statements_do_not_leak_the_injected_change(pack: Path, report: BuildReport) -> None:
+    for task, prov in zip(load_tasks(pack), report.provenance, strict=True):
+        changed = [line[1:] for line in task.patch.splitlines()
+                   if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+        assert leaks(task.problem_statement, prov.mutation, changed) == []
+        assert task.FAIL_TO_PASS[0] in task.problem_statement
+
+
+def test_host_grade_rejects_a_wrong_fix(pack: Path) -> None:
+    task = load_tasks(pack)[0]
+    assert host_grade(task, task.patch) == 1.0
+    assert host_grade(task, "diff --git a/nope.txt b/nope.txt\nnew file mode 100644\n--- /dev/null\n"
+                            "+++ b/nope.txt\n@@ -0,0 +1 @@\n+hi\n") == 0.0
+
+
+def test_rebuild_with_the_same_seed_is_identical_and_cached(pack: Path, tmp_path: Path) -> None:
+    again = build_tasks(tmp_path / "again", packages=["inflection", "toolz", "cachetools"], seed=0,
+                        max_tasks=N, cache_dir=PACK_DIR / "cache")
+    assert again.ok and again.pytest_runs == 0  # every verdict came from the cache
+    assert (tmp_path / "again" / "tasks.jsonl").read_text() == pack.read_text()
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+def test_validate_through_the_real_grading_path_with_bwrap(pack: Path) -> None:
+    result = asyncio.run(validate_file(pack, backend="bwrap"))
+    assert result.ok, result.table()

