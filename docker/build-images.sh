@@ -7,6 +7,8 @@
 #                  skipped when the image carries the same build-inputs hash label.
 #
 # Needs a running engine (docker/setup-engine.sh). Run from anywhere.
+# `build-images.sh base` builds only the base image (used by docker/build-env-image.sh);
+# no argument (or `all`) builds both.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -79,5 +81,8 @@ build_sandbox() {
 }
 
 docker info >/dev/null 2>&1 || { log "no Docker engine answers; run docker/setup-engine.sh first"; exit 1; }
-build_base
-build_sandbox
+case "${1:-all}" in
+    base) build_base ;;
+    all) build_base; build_sandbox ;;
+    *) log "usage: $0 [all|base]"; exit 2 ;;
+esac

@@ -31,7 +31,7 @@ from .models import (
     SandboxStartError,
     WorkspaceSpec,
 )
-from .runtime_config import runtime_init
+from .runtime_config import runtime_init, venv_mount_point
 from .toolview import tool_view
 from .workspace import cache_root, prepare_template
 
@@ -186,7 +186,7 @@ class BwrapSandbox(Sandbox):
             base = _python_prefix_of_venv(venv)
             if base is not None:
                 prefixes.add(base)
-            args += ["--ro-bind", str(venv), str(venv)]
+            args += ["--ro-bind", str(venv), venv_mount_point(str(venv))]
         for prefix in sorted(prefixes):
             if not str(prefix).startswith("/usr"):
                 args += ["--ro-bind", str(prefix), str(prefix)]
@@ -203,7 +203,7 @@ class BwrapSandbox(Sandbox):
                  "--setenv", "PATH", "/usr/bin:/bin", "--",
                  str(runtime_python), "-I", "-S", "/.swe/runtime.py"]
         init = runtime_init(spec, config, mode="overlay", template="/.swe/template", upper="/.swe/upper",
-                            base_commit="", venv=str(venv) if venv else None,
+                            base_commit="", venv=venv_mount_point(str(venv)) if venv else None,
                             extra_exec_paths=exec_paths)
         return args, init
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from .base import Sandbox
-from .runtime_config import runtime_init
+from .runtime_config import runtime_init, venv_mount_point
 from .models import (
     CommandResult,
     CommandStatus,
@@ -180,7 +180,7 @@ def container_kwargs(
     ]
     if python_env is not None:
         env_path = str(Path(python_env).absolute())
-        mounts.append(Mount(env_path, opts.host_path(Path(python_env)), **ro))
+        mounts.append(Mount(venv_mount_point(env_path), opts.host_path(Path(python_env)), **ro))
     tmpfs_opts = "rw,noexec,nosuid,nodev"
     return dict(
         image=image,
@@ -500,7 +500,7 @@ class DockerSandbox(Sandbox):
 
 def init_message(spec: WorkspaceSpec, config: SandboxConfig, base_commit: str) -> dict[str, Any]:
     """The runtime's init line for a copied workspace (see sandbox/runtime_config.py)."""
-    venv = str(Path(spec.python_env).absolute()) if spec.python_env is not None else None
+    venv = venv_mount_point(str(Path(spec.python_env).absolute())) if spec.python_env is not None else None
     return runtime_init(spec, config, mode="copy", template=TEMPLATE_MOUNT, upper="",
                         base_commit=base_commit, venv=venv, extra_exec_paths=[])
 

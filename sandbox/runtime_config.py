@@ -9,6 +9,17 @@ from .models import SandboxConfig, WorkspaceSpec
 BASE_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
 BASE_EXEC_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib64")
 WRITE_PATHS = ("/workspace", "/tmp", "/dev")
+# Paths the sandbox mounts its own filesystems on: a python_env below one of them
+# would be hidden, so it is mounted at RELOCATED_VENV instead (venvs whose scripts
+# use `#!/usr/bin/env python`, as the task builder makes them, run anywhere).
+SANDBOX_OWNED = ("/tmp", "/workspace", "/dev", "/proc", "/.swe", "/etc")
+RELOCATED_VENV = "/opt/swe-python-env"
+
+
+def venv_mount_point(venv: str) -> str:
+    """Where a task's python_env appears inside the sandbox."""
+    hidden = any(venv == p or venv.startswith(p + "/") for p in SANDBOX_OWNED)
+    return RELOCATED_VENV if hidden else venv
 
 
 def shell_env(spec: WorkspaceSpec, venv: str | None) -> dict[str, str]:

@@ -39,7 +39,7 @@ ATTEMPTS_PER_TASK = 8
 # Bump when the way verdicts are computed changes: it invalidates cached verdicts.
 VERDICT_VERSION = "3"
 # Bump when the same inputs would give different tasks (ordering, statements, ids).
-BUILDER_VERSION = "4"
+BUILDER_VERSION = "5"
 # Node ids that pass unchanged through a shell command line and JUnit XML.
 _SAFE_NODEID = re.compile(r"^[\x21-\x7e]+$")
 _UNSAFE_CHARS = set("\\'\"`$;&|<>")

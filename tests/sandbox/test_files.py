@@ -117,11 +117,22 @@ async def test_diff_runs_no_agent_git_filter_in_sandbox(harness):
         assert "No such file" in res.output, f"agent-planted git config ran during diff(): {res.output}"
 
 
-@pytest.mark.xfail(strict=True, reason="FINDING: diff() keeps its git index in the agent-writable /tmp "
-                   "(/tmp/.swe-diff-index); `mkdir /tmp/.swe-diff-index.lock` (or a symlink/FIFO there) makes "
-                   "every later diff() raise SandboxError('diff_failed'): the agent can make its episode ungradable")
-async def test_diff_survives_agent_planted_index_files(harness):
+DIFF_TRUSTS_AGENT_GIT = (
+    "FINDING: diff() runs git on the agent-writable /workspace/.git and a git index in the agent-writable "
+    "/tmp, so the agent decides whether diff() works and what base it diffs against: the command shown "
+    "makes diff() raise SandboxError('diff_failed') or return a diff against a forged base. Diff against "
+    "the read-only template (or a runtime-private git dir with the base objects) instead")
+
+
+@pytest.mark.xfail(strict=True, reason=DIFF_TRUSTS_AGENT_GIT)
+@pytest.mark.parametrize("sabotage", [
+    "mkdir -p /tmp/.swe-diff-index.lock",
+    "rm -rf .git",
+    "git config core.bare true",
+    "git replace $(git rev-parse HEAD:pkg) $(git rev-parse HEAD:tests)",
+], ids=["index-lock", "rm-git", "core-bare", "replace-ref"])
+async def test_diff_survives_agent_sabotage_of_git(harness, sabotage):
     async with harness.session() as sb:
-        await sh(sb, "mkdir -p /tmp/.swe-diff-index.lock; echo change >> pkg/core.py")
+        await sh(sb, f"{sabotage}; echo change >> pkg/core.py")
         diff = await asyncio.wait_for(sb.diff(), 150)
-        assert "pkg/core.py" in diff, diff[:2000]
+        assert "+change" in diff and "new file mode" not in diff, diff[:2000]

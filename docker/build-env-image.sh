@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Build the env-server image (docker/env.Dockerfile) without a registry. Cached.
+#
+#  1. base image: $SWE_ENV_BASE_IMAGE, default the offline Debian bookworm minbase of
+#     docker/build-images.sh (`build-images.sh base`: debootstrap + docker import, reused
+#     when present). Any other value (python:3.11-slim-bookworm) is used as it is;
+#  2. wheelhouse: the `env` extra's dependencies downloaded ON THE HOST (pip inside a
+#     container cannot reach the index here) into $SWE_WHEEL_CACHE/deps-<hash>/ (kept:
+#     later builds need no network), plus a freshly built wheel of this project;
+#  3. `docker build` of a staged context (package sources, docker/, the wheelhouse in
+#     docker/wheelhouse/), skipped when $SWE_ENV_IMAGE carries the same build-inputs label.
+#
+# Needs a running engine (docker/setup-engine.sh) and a host python3 >= 3.11 with pip.
+# Run from anywhere. Prints the image name on stdout.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(dirname "$HERE")
+OFFLINE_BASE=${SWE_BASE_IMAGE:-swe-openenv-base:bookworm}
+BASE_IMAGE=${SWE_ENV_BASE_IMAGE:-$OFFLINE_BASE}
+ENV_IMAGE=${SWE_ENV_IMAGE:-swe-openenv-env:latest}
+WHEEL_CACHE=${SWE_WHEEL_CACHE:-$ROOT/.cache/wheelhouse}
+LABEL=org.swe-openenv.build-inputs
+RECIPE=1  # bump when this script's build steps change
+if [ -z "${PYTHON:-}" ]; then
+    if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON=$ROOT/.venv/bin/python; else PYTHON=python3; fi
+fi
+
+log() { echo "[build-env-image] $*" >&2; }
+
+docker info >/dev/null 2>&1 || { log "no Docker engine answers; run docker/setup-engine.sh first"; exit 1; }
+
+# The `env` extra's requirements, read from pyproject.toml (one per line).
+requirements=$("$PYTHON" - "$ROOT/pyproject.toml" <<'PY'
+import sys, tomllib
+project = tomllib.load(open(sys.argv[1], "rb"))["project"]
+print("\n".join(project["dependencies"] + project["optional-dependencies"]["env"]))
+PY
+)
+
+# Hash of everything that goes into the image but the base.
+sources_hash() {
+    "$PYTHON" - "$ROOT" <<'PY'
+import hashlib, os, sys
+root = sys.argv[1]
+h = hashlib.sha256()
+paths = ["pyproject.toml", "README.md", "docker/env.Dockerfile", "docker/env-entrypoint.sh", "docker/openenv.yaml"]
+for top in ("env_server", "sandbox", "trainer_client"):
+    for d, dirs, files in os.walk(os.path.join(root, top)):
+        dirs[:] = sorted(x for x in dirs if x != "__pycache__")
+        paths += [os.path.relpath(os.path.join(d, f), root) for f in sorted(files) if not f.endswith((".pyc", ".pyo"))]
+for rel in paths:
+    h.update(rel.encode() + b"\0")
+    with open(os.path.join(root, rel), "rb") as f:
+        h.update(hashlib.sha256(f.read()).digest())
+print(h.hexdigest()[:16])
+PY
+}
+
+# 1. base
+if [ "$BASE_IMAGE" = "$OFFLINE_BASE" ]; then
+    SWE_BASE_IMAGE=$OFFLINE_BASE "$HERE/build-images.sh" base
+fi
+base_id=$(docker image inspect --format '{{.Id}}' "$BASE_IMAGE" 2>/dev/null) \
+    || { log "base image $BASE_IMAGE is missing (pull it, or leave SWE_ENV_BASE_IMAGE unset to build it offline)"; exit 1; }
+
+inputs=$( { echo "$RECIPE"; echo "$base_id"; echo "$requirements"; sources_hash; } | sha256sum | cut -c1-16)
+current=$(docker image inspect --format "{{ index .Config.Labels \"$LABEL\" }}" "$ENV_IMAGE" 2>/dev/null || true)
+if [ "$current" = "$inputs" ]; then
+    log "env image $ENV_IMAGE up to date ($inputs)"
+    echo "$ENV_IMAGE"
+    exit 0
+fi
+
+# 2. wheelhouse (dependencies cached by their requirement set; the project wheel fresh)
+arch=$(uname -m)
+deps_key=$( { echo "$requirements"; echo "$arch"; } | sha256sum | cut -c1-12)
+deps_dir=$WHEEL_CACHE/deps-$deps_key
+if [ ! -f "$deps_dir/.complete" ]; then
+    log "downloading wheels of the env extra into $deps_dir (host network)"
+    rm -rf "$deps_dir"; mkdir -p "$deps_dir"
+    # Binary wheels for CPython 3.11 on this architecture, whatever the host python is.
+    # shellcheck disable=SC2086
+    echo "$requirements" | "$PYTHON" -m pip download -q --dest "$deps_dir" --only-binary=:all: \
+        --python-version 3.11 --implementation cp --abi cp311 --abi abi3 --abi none \
+        --platform "manylinux_2_17_$arch" --platform "manylinux2014_$arch" --platform "manylinux_2_28_$arch" \
+        --platform any -r /dev/stdin
+    touch "$deps_dir/.complete"
+fi
+
+ctx=$(mktemp -d "${TMPDIR:-/tmp}/swe-env-ctx.XXXXXX")
+trap 'rm -rf "$ctx"' EXIT
+mkdir -p "$ctx/docker/wheelhouse"
+log "building the project wheel"
+"$PYTHON" -m pip wheel -q --no-deps --no-build-isolation --wheel-dir "$ctx/docker/wheelhouse" "$ROOT" \
+    2> >(grep -v -i "warning" >&2 || true)
+cp "$deps_dir"/*.whl "$ctx/docker/wheelhouse/"
+# setuptools leaves build/ and *.egg-info beside the sources; both are gitignored.
+
+# 3. staged context: exactly what env.Dockerfile copies
+(cd "$ROOT" && tar --exclude=__pycache__ --exclude='*.pyc' --exclude=docker/wheelhouse -cf - \
+    pyproject.toml README.md env_server sandbox trainer_client docker) | tar -C "$ctx" -xf -
+log "building $ENV_IMAGE from $BASE_IMAGE ($inputs)"
+start=$(date +%s)
+docker build -q -t "$ENV_IMAGE" -f docker/env.Dockerfile --label "$LABEL=$inputs" \
+    --build-arg "BASE_IMAGE=$BASE_IMAGE" "$ctx" >/dev/null
+log "built $ENV_IMAGE in $(( $(date +%s) - start ))s"
+echo "$ENV_IMAGE"
