@@ -90,16 +90,14 @@ fi
 
 ctx=$(mktemp -d "${TMPDIR:-/tmp}/swe-env-ctx.XXXXXX")
 trap 'rm -rf "$ctx"' EXIT
-mkdir -p "$ctx/docker/wheelhouse"
-log "building the project wheel"
-"$PYTHON" -m pip wheel -q --no-deps --no-build-isolation --wheel-dir "$ctx/docker/wheelhouse" "$ROOT" \
-    2> >(grep -v -i "warning" >&2 || true)
-cp "$deps_dir"/*.whl "$ctx/docker/wheelhouse/"
-# setuptools leaves build/ and *.egg-info beside the sources; both are gitignored.
-
-# 3. staged context: exactly what env.Dockerfile copies
+# 3. staged context: exactly what env.Dockerfile copies, plus the wheelhouse
 (cd "$ROOT" && tar --exclude=__pycache__ --exclude='*.pyc' --exclude=docker/wheelhouse -cf - \
     pyproject.toml README.md env_server sandbox trainer_client docker) | tar -C "$ctx" -xf -
+mkdir -p "$ctx/docker/wheelhouse"
+cp "$deps_dir"/*.whl "$ctx/docker/wheelhouse/"
+log "building the project wheel"
+# from the staged copy, so setuptools' build/ and egg-info never land in the checkout
+"$PYTHON" -m pip wheel -q --no-deps --no-build-isolation --wheel-dir "$ctx/docker/wheelhouse" "$ctx" >/dev/null
 log "building $ENV_IMAGE from $BASE_IMAGE ($inputs)"
 start=$(date +%s)
 docker build -q -t "$ENV_IMAGE" -f docker/env.Dockerfile --label "$LABEL=$inputs" \

@@ -7,19 +7,40 @@
 #   ENV_DATA_DIR      traces go to $ENV_DATA_DIR/<hostname>/ (one folder per replica,
 #                     so replicas can share one volume without clashing)
 #   ENV_PORT          default 8000
+#   ENV_UID, ENV_GID  the uid/gid the server runs as when started as root (default 10001)
 # Arguments are passed on to `env-server serve` (e.g. --max-steps 50).
+#
+# Started as root (compose.yaml, deploy/): the bwrap sandbox mounts a fresh /proc in its
+# own user namespace, which the kernel refuses while Docker's masks (mounts over
+# /proc/kcore, /proc/sys, ...) cover the container's /proc. `docker run --security-opt
+# systempaths=unconfined` removes them, but docker-compose v1 and the engine API cannot
+# pass that option, so with CAP_SYS_ADMIN we unmount them here, then drop to ENV_UID
+# with no capabilities at all (empty bounding set) and no_new_privs, and start over.
+# Started as a non-root user: nothing of this; the container must already allow it.
 set -eu
+
+if [ "$(id -u)" = 0 ]; then
+    if [ "${ENV_BACKEND:-bwrap}" = bwrap ]; then
+        # deepest first; a mask that cannot be unmounted leaves the preflight below to report
+        awk '$5 ~ "^/proc/" {print $5}' /proc/self/mountinfo | sort -r | while read -r m; do
+            umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+        done
+    fi
+    exec setpriv --reuid "${ENV_UID:-10001}" --regid "${ENV_GID:-10001}" --clear-groups \
+        --inh-caps=-all --bounding-set=-all --no-new-privs -- "$0" "$@"
+fi
 
 : "${ENV_TASKS:?set ENV_TASKS to the task file (mounted into the container)}"
 backend=${ENV_BACKEND:-bwrap}
 data_dir=${ENV_DATA_DIR:-/data}/$(hostname)
 
 if [ "$backend" = bwrap ]; then
-    # Fail fast, with the fix, when the container may not create namespaces.
+    # Fail fast, with the fix, when the container may not create the sandbox's namespaces.
     if ! err=$(bwrap --unshare-all --die-with-parent --ro-bind / / --proc /proc --dev /dev true 2>&1); then
         echo "env-entrypoint: bwrap cannot create a sandbox in this container: $err" >&2
-        echo "env-entrypoint: run it with security_opt [seccomp=unconfined, systempaths=unconfined]" \
-             "(docker run --security-opt seccomp=unconfined --security-opt systempaths=unconfined)," \
+        echo "env-entrypoint: start it as root with cap_add [SYS_ADMIN, SETUID, SETGID] and" \
+             "security_opt [seccomp=unconfined] (compose.yaml), or as non-root with" \
+             "--security-opt seccomp=unconfined --security-opt systempaths=unconfined;" \
              "or use ENV_BACKEND=docker with the engine socket (docs/deploy.md)" >&2
         exit 3
     fi

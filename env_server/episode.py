@@ -132,8 +132,9 @@ class Episode:
         if outcome.failure is not None:
             if outcome.failure.kind is ErrorKind.sandbox_error or not self.sandbox.alive:
                 self.done = True
-            return self._failed(name, outcome.output, outcome.failure), ("bash" if name == "bash" else None)
-        changed = name if name in MUTATING_TOOLS else None
+            changed = "bash" if name == "bash" and outcome.files_changed is not False else None
+            return self._failed(name, outcome.output, outcome.failure), changed
+        changed = name if name in MUTATING_TOOLS and outcome.files_changed is not False else None
         return SWEObservation(output=outcome.output, tool_name=name, metadata=self._meta()), changed
 
     def _failed(self, name: str, output: str, fail: ToolFailure) -> SWEObservation:

@@ -56,6 +56,7 @@ TOOL_SPECS: list[ToolSpec] = [
 class ToolOutcome(BaseModel):
     output: str
     failure: ToolFailure | None = None
+    files_changed: bool | None = None  # bash only: None when the sandbox cannot tell
 
 
 def parse_arguments(name: str, arguments: dict[str, Any]) -> BaseModel | ToolFailure:
@@ -161,7 +162,8 @@ async def run_tool(sb: Sandbox, name: str, args: BaseModel, *, blocked_tools: tu
         if isinstance(args, BashArgs):
             timeout = args.timeout if max_timeout_s is None or args.timeout is None else min(args.timeout, max_timeout_s)
             res = await sb.run(args.command, timeout_s=timeout)
-            return ToolOutcome(output=res.output, failure=classify_command(res, blocked_tools))
+            return ToolOutcome(output=res.output, failure=classify_command(res, blocked_tools),
+                               files_changed=res.files_changed)
         if isinstance(args, ViewArgs):
             return await _view(sb, args)
         if isinstance(args, StrReplaceArgs):

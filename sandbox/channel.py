@@ -88,7 +88,8 @@ class RuntimeChannel:
             return CommandResult(
                 output=str(r.get("output", "")), exit_code=r.get("exit_code"),
                 status=CommandStatus(r.get("status")), truncated=bool(r.get("truncated")),
-                output_bytes=int(r.get("output_bytes", 0)), duration_s=float(r.get("duration_s", 0.0)))
+                output_bytes=int(r.get("output_bytes", 0)), duration_s=float(r.get("duration_s", 0.0)),
+                files_changed=r.get("files_changed") if isinstance(r.get("files_changed"), bool) else None)
         except (ValueError, TypeError) as e:
             self.dead = f"runtime sent a malformed result: {e}"
             return CommandResult(output="", status=CommandStatus.sandbox_died)

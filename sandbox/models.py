@@ -139,6 +139,9 @@ class CommandResult(BaseModel):
     truncated: bool = False
     output_bytes: int = Field(0, description="bytes the command printed in all")
     duration_s: float = 0.0
+    files_changed: bool | None = Field(
+        None, description="whether the workspace outside .git changed since the previous command "
+        "or diff (None: the backend cannot tell); lets a caller skip a diff")
 
     @property
     def ok(self) -> bool:

@@ -408,9 +408,17 @@ class Runtime:
     def __init__(self, cfg: dict) -> None:
         self.cfg = cfg
         self.shell = Shell(cfg["env"])
+        self._last_fp = self.fingerprint()
 
     # -- run ---------------------------------------------------------------------
     def op_run(self, req: dict) -> dict:
+        result = self._run(req)
+        fp = self.fingerprint()
+        result["files_changed"] = fp != self._last_fp
+        self._last_fp = fp
+        return result
+
+    def _run(self, req: dict) -> dict:
         cmd = req.get("command")
         if not isinstance(cmd, str):
             raise RuntimeFailure("invalid_arguments", "command must be a string")
@@ -599,6 +607,7 @@ class Runtime:
             return {"diff": cached[1], "cached": True}
         result = self._git_diff()
         self._diff_cache = (fp, result)
+        self._last_fp = fp
         return {"diff": result, "cached": False}
 
     def _git_diff(self) -> str:

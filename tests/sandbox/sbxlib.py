@@ -205,8 +205,11 @@ class Harness:
         self.repo = repo
         self.cache_dir = cache_dir
 
-    def config(self, **limits) -> SandboxConfig:
-        return SandboxConfig(backend=self.backend, cache_dir=self.cache_dir, limits=Limits(**limits))
+    def config(self, policy: dict | None = None, **limits) -> SandboxConfig:
+        cfg = SandboxConfig(backend=self.backend, cache_dir=self.cache_dir, limits=Limits(**limits))
+        if policy:
+            cfg.policy = cfg.policy.model_copy(update=policy)
+        return cfg
 
     def spec(self, repo_path: Path | None = None, base_commit: str | None | bool = True,
              env: dict[str, str] | None = None) -> WorkspaceSpec:
@@ -216,8 +219,8 @@ class Harness:
                              env={"SWE_TEST_RUN": RUN_TOKEN, **(env or {})})
 
     @contextlib.asynccontextmanager
-    async def session(self, spec: WorkspaceSpec | None = None, **limits):
-        sb = await open_sandbox(spec or self.spec(), self.config(**limits))
+    async def session(self, spec: WorkspaceSpec | None = None, policy: dict | None = None, **limits):
+        sb = await open_sandbox(spec or self.spec(), self.config(policy, **limits))
         try:
             yield sb
         finally:

@@ -67,10 +67,13 @@ async def test_read_file_special_files_do_not_hang(harness):
 
 
 async def test_symlink_swap_race_cannot_redirect_writes(harness):
-    """A background loop flips a directory into a symlink to /tmp while writes go on."""
-    async with harness.session() as sb:
+    """A background loop flips a directory into a symlink to /tmp while writes go on
+    (background jobs kept alive between commands for this)."""
+    async with harness.session(policy={"kill_background": False}) as sb:
         await sh(sb, "mkdir -p /tmp/target; (for i in $(seq 20000); do rm -rf race; mkdir race; rm -rf race; "
                      "ln -s /tmp/target race; done) >/dev/null 2>&1 &")
+        alive = await sh(sb, "for i in $(seq 200); do [ -L race ] && echo L; sleep 0.005; done | sort -u")
+        assert "L" in alive.output, f"probe broken: the race loop is not running: {alive.output}"
         for i in range(300):
             try:
                 await sb.write_file(f"race/f{i}", b"x")

@@ -70,9 +70,10 @@ class LossConfig:
     chunk_size: int = 256
     """Tokens per chunk of the divergence (logits exist for one chunk at a time); 0 = all
     at once."""
-    chunk_backend: Literal["auto", "native", "trl"] = "auto"
-    """native: ours (any divergence); trl: TRL's fused `_chunked_divergence_loss` (plain
-    JSD only); auto: trl where it applies, else native."""
+    chunk_backend: Literal["auto", "native", "trl"] = "native"
+    """native: ours (any divergence; peak extra memory flat in T, 12% of naive full logits
+    at T=2048 in bench/bench_losses.py); trl: TRL's fused `_chunked_divergence_loss`
+    (plain JSD only; faster, but ~25% of naive at T=2048); auto: trl where it applies."""
 
     # --- channel 2: hints ----------------------------------------------------------------
     hints_path: str | None = None

@@ -1,0 +1,254 @@
+"""A tiny Qwen2 that reliably calls tools: the random smoke model, briefly fine-tuned (SFT) on CPU.
+
+The random tiny model almost never emits a well-formed tool call, so a real multi-turn
+rollout needs a policy that does. Instead of forcing tokens in TRL's generate, the model
+is taught a few scripted episodes by supervised fine-tuning, then used unchanged by real
+TRL (GRPOTrainer generate, real tool loop, real env server, real sandbox).
+
+The SFT examples are built from REAL tool outputs: every script is run once on a real
+session of the env server, and the token ids are assembled the way TRL assembles a
+rollout (chat-templated prompt with the tool schemas + generated turn + TRL's templated
+tool suffix + ...), so at rollout time the model sees exactly the contexts it learnt.
+
+Scripts (the assistant turns; tool outputs come from the sandbox):
+- PROBE (on one task): `bash ls` -> `bash nosuchcmd` (command_not_found) -> "Done."
+  The `ls` command is emitted as the two tokens "l" + "s" (not the canonical single token):
+  re-tokenizing the generated text would change the ids, so continuity tests have teeth.
+- FIX (on the toolz task, same prompt as NOFIX): `str_replace` with the gold fix -> `submit`
+  -> "Done."   NOFIX: `submit` -> "Done."   Taught 50/50, so a GRPO group of this prompt
+  samples both: hidden tests give reward 1.0 to FIX and 0.0 to NOFIX.
+
+The result is cached on disk (keyed by a digest of the exact training ids and settings).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PROBE_INSTANCE = "inflection__0.5.1-9e27ec92"
+FIX_INSTANCE = "toolz__1.0.0-14640d55"
+PROBE_PROMPT = "Probe the sandbox.\n\n"
+FIX_PROMPT = "Fix the bug.\n\n"
+BAD_COMMAND = "nosuchcmd"
+GOLD_EDIT = {"path": "toolz/functoolz.py", "old": "self.first = funcs[1]", "new": "self.first = funcs[0]"}
+
+SFT_STEPS = 300
+SFT_LR = 3e-3
+SFT_SEED = 0
+SFT_VERSION = 1  # bump when the recipe changes
+
+
+def row(kind: str) -> dict:
+    """A dataset row for the PROBE or FIX prompt."""
+    if kind == "probe":
+        return {"prompt": [{"role": "user", "content": PROBE_PROMPT}], "instance_id": PROBE_INSTANCE}
+    return {"prompt": [{"role": "user", "content": FIX_PROMPT}], "instance_id": FIX_INSTANCE}
+
+
+@dataclass
+class Turn:
+    """One assistant turn: a tool call (name + arguments) or a final text answer."""
+
+    tool: str | None = None
+    arguments: dict = field(default_factory=dict)
+    text: str = ""
+
+    def message_text(self) -> str:
+        if self.tool is None:
+            return self.text
+        call = json.dumps({"name": self.tool, "arguments": self.arguments})
+        return f"<tool_call>\n{call}\n</tool_call>"
+
+
+SCRIPTS: dict[str, tuple[str, list[Turn]]] = {
+    "probe": ("probe", [Turn("bash", {"command": "ls"}), Turn("bash", {"command": BAD_COMMAND}), Turn(text="Done.")]),
+    "fix": ("fix", [Turn("str_replace", dict(GOLD_EDIT)), Turn("submit"), Turn(text="Done.")]),
+    "nofix": ("fix", [Turn("submit"), Turn(text="Done.")]),
+}
+
+
+def turn_ids(tok, turn: Turn) -> list[int]:
+    """The ids the model is taught to generate for `turn` (ending with <|im_end|>).
+
+    The `ls` command becomes "l" + "s" (non-canonical: tok(decode(ids)) != ids)."""
+    ids = tok(turn.message_text(), add_special_tokens=False).input_ids
+    if turn.tool == "bash" and turn.arguments.get("command") == "ls":
+        (ls_id,) = tok("ls", add_special_tokens=False).input_ids
+        at = ids.index(ls_id)
+        split = tok("l", add_special_tokens=False).input_ids + tok("s", add_special_tokens=False).input_ids
+        ids = ids[:at] + split + ids[at + 1:]
+    return ids + [tok.convert_tokens_to_ids("<|im_end|>")]
+
+
+@dataclass
+class Episode:
+    """A scripted episode as token segments: prompt, then (generated turn, tool suffix) pairs."""
+
+    name: str
+    prompt_ids: list[int]
+    generated: list[list[int]]  # one per assistant turn
+    suffixes: list[list[int]]  # templated tool output after each tool turn (len = turns - 1)
+    outputs: list[str]  # the env's tool outputs
+    reward: float | None
+
+    def completion_ids(self) -> list[int]:
+        ids: list[int] = []
+        for k, gen in enumerate(self.generated):
+            ids += gen
+            if k < len(self.suffixes):
+                ids += self.suffixes[k]
+        return ids
+
+    def completion_tool_mask(self) -> list[int]:
+        mask: list[int] = []
+        for k, gen in enumerate(self.generated):
+            mask += [1] * len(gen)
+            if k < len(self.suffixes):
+                mask += [0] * len(self.suffixes[k])
+        return mask
+
+
+def record_episodes(trainer, env_cls) -> dict[str, Episode]:
+    """Run every script once on a real env-server session; token ids assembled like TRL's rollout.
+
+    `trainer` is a GRPOTrainer built with `environment_factory=env_cls` (its tool schemas and
+    its tool-suffix templating are used, exactly as in its rollouts)."""
+    tok = trainer.processing_class
+    tools = trainer._env_tools[None]
+    episodes: dict[str, Episode] = {}
+    for name, (row_kind, turns) in SCRIPTS.items():
+        r = row(row_kind)
+        env = env_cls()
+        issue = env.reset(**r)
+        prompt = [{**r["prompt"][0], "content": r["prompt"][0]["content"] + issue}]
+        prompt_ids = list(tok.apply_chat_template(
+            conversation=[prompt], tools=tools, add_generation_prompt=True, tokenize=True, return_dict=True,
+        )["input_ids"][0])
+        generated, suffixes, outputs = [], [], []
+        for turn in turns:
+            generated.append(turn_ids(tok, turn))
+            if turn.tool is None:
+                break
+            out = getattr(env, turn.tool)(**turn.arguments)
+            outputs.append(str(out))
+            suffixes.append(list(trainer._get_tool_suffix_ids([{"role": "tool", "name": turn.tool, "content": str(out)}])))
+        reward = env.reward
+        env.get_reward()  # release the session
+        episodes[name] = Episode(name, prompt_ids, generated, suffixes, outputs, reward)
+    return episodes
+
+
+def _digest(episodes: dict[str, Episode], base_dir: Path) -> str:
+    import torch
+    import transformers
+
+    payload = {
+        "v": SFT_VERSION, "steps": SFT_STEPS, "lr": SFT_LR, "seed": SFT_SEED, "base": base_dir.name,
+        "torch": torch.__version__, "transformers": transformers.__version__,
+        "episodes": {k: [e.prompt_ids, e.generated, e.suffixes] for k, e in sorted(episodes.items())},
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _sequences(episodes: dict[str, Episode]):
+    """(input ids, target mask) per episode: loss on the generated turns only."""
+    seqs = []
+    for ep in episodes.values():
+        ids = ep.prompt_ids + ep.completion_ids()
+        mask = [0] * len(ep.prompt_ids) + ep.completion_tool_mask()
+        seqs.append((ids, mask))
+    return seqs
+
+
+def sft_token_logprobs(model, ids: list[int], mask: list[int]):
+    """Log-probs of the masked target tokens of one sequence (a tensor with one entry per target)."""
+    import torch
+
+    x = torch.tensor([ids])
+    hidden = model.model(input_ids=x).last_hidden_state[0, :-1]
+    targets = torch.tensor(ids[1:])
+    keep = torch.tensor(mask[1:], dtype=torch.bool)
+    logits = model.lm_head(hidden[keep]).float()
+    return torch.log_softmax(logits, -1).gather(-1, targets[keep][:, None])[:, 0]
+
+
+def train_toolcaller(episodes: dict[str, Episode], base_dir: Path, out_dir: Path) -> Path:
+    """SFT the tiny model on the episodes' generated turns (all sequences each step, equal weight)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(SFT_SEED)
+    model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=SFT_LR, weight_decay=0.0)
+    seqs = _sequences(episodes)
+    n_targets = sum(sum(mask[1:]) for _, mask in seqs)
+    for step in range(SFT_STEPS):
+        opt.zero_grad()
+        # a plain token sum: the FIX and NOFIX branch tokens weigh the same, so the taught split is 50/50
+        loss = sum(-sft_token_logprobs(model, ids, mask).sum() for ids, mask in seqs) / n_targets
+        loss.backward()
+        opt.step()
+    model.eval()
+    model.save_pretrained(str(out_dir))
+    AutoTokenizer.from_pretrained(str(base_dir)).save_pretrained(str(out_dir))
+    return out_dir
+
+
+def toolcaller_dir(episodes: dict[str, Episode], cache_root: Path | None = None) -> Path:
+    """Directory of the fine-tuned model for these episodes (trained once, then reused)."""
+    from trainer_client.model import tiny_qwen_dir
+    from trainer_client.tokenizer import default_cache_dir
+
+    base = tiny_qwen_dir()
+    root = (cache_root or default_cache_dir()) / "test-models"
+    target = root / f"tiny-qwen2-toolcaller-{_digest(episodes, base)}"
+    if (target / "config.json").exists():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".toolcaller-", dir=root))
+    try:
+        train_toolcaller(episodes, base, tmp)
+        try:
+            os.replace(tmp, target)
+        except OSError:  # built concurrently
+            if not (target / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def sequence_logprob(model, prompt_ids: list[int], generated: list[int]) -> float:
+    """log p(generated | prompt) under `model` (teacher-forced, no grad)."""
+    import torch
+
+    with torch.no_grad():
+        ids = prompt_ids + generated
+        mask = [0] * len(prompt_ids) + [1] * len(generated)
+        return float(sft_token_logprobs(model, ids, mask).sum())
+
+
+def branch_report(model, episodes: dict[str, Episode]) -> dict[str, Any]:
+    """How well the SFT took: the least likely deterministic target token, and the FIX/NOFIX split."""
+    import torch
+
+    worst = 0.0
+    with torch.no_grad():
+        for name, (ids, mask) in zip(episodes, _sequences(episodes)):
+            lp = sft_token_logprobs(model, ids, mask)
+            if name != "probe":  # the first divergent token of FIX/NOFIX is the taught 50/50 branch
+                fix_first, nofix_first = episodes["fix"].generated[0], episodes["nofix"].generated[0]
+                branch = next(k for k, (a, b) in enumerate(zip(fix_first, nofix_first)) if a != b)
+                lp = torch.cat([lp[:branch], lp[branch + 1:]])
+            worst = min(worst, float(lp.min()))
+    p_fix = torch.exp(torch.tensor(sequence_logprob(model, episodes["fix"].prompt_ids, episodes["fix"].generated[0])))
+    p_nofix = torch.exp(torch.tensor(sequence_logprob(model, episodes["nofix"].prompt_ids, episodes["nofix"].generated[0])))
+    return {"min_target_logprob": worst, "p_fix_first_turn": float(p_fix), "p_nofix_first_turn": float(p_nofix)}
