@@ -80,11 +80,13 @@ if [ ! -f "$deps_dir/.complete" ]; then
     log "downloading wheels of the env extra into $deps_dir (host network)"
     rm -rf "$deps_dir"; mkdir -p "$deps_dir"
     # Binary wheels for CPython 3.11 on this architecture, whatever the host python is.
-    # shellcheck disable=SC2086
-    echo "$requirements" | "$PYTHON" -m pip download -q --dest "$deps_dir" --only-binary=:all: \
+    echo "$requirements" >"$deps_dir/requirements.txt"
+    if ! "$PYTHON" -m pip download -q --dest "$deps_dir" --only-binary=:all: \
         --python-version 3.11 --implementation cp --abi cp311 --abi abi3 --abi none \
         --platform "manylinux_2_17_$arch" --platform "manylinux2014_$arch" --platform "manylinux_2_28_$arch" \
-        --platform any -r /dev/stdin
+        --platform any -r "$deps_dir/requirements.txt" >"$deps_dir/.log" 2>&1; then
+        tail -n 30 "$deps_dir/.log" >&2; exit 1
+    fi
     touch "$deps_dir/.complete"
 fi
 
@@ -97,10 +99,15 @@ mkdir -p "$ctx/docker/wheelhouse"
 cp "$deps_dir"/*.whl "$ctx/docker/wheelhouse/"
 log "building the project wheel"
 # from the staged copy, so setuptools' build/ and egg-info never land in the checkout
-"$PYTHON" -m pip wheel -q --no-deps --no-build-isolation --wheel-dir "$ctx/docker/wheelhouse" "$ctx" >/dev/null
+if ! "$PYTHON" -m pip wheel -q --no-deps --no-build-isolation --wheel-dir "$ctx/docker/wheelhouse" "$ctx" \
+        >"$ctx/wheel.log" 2>&1; then
+    tail -n 30 "$ctx/wheel.log" >&2; exit 1
+fi
 log "building $ENV_IMAGE from $BASE_IMAGE ($inputs)"
 start=$(date +%s)
-docker build -q -t "$ENV_IMAGE" -f docker/env.Dockerfile --label "$LABEL=$inputs" \
-    --build-arg "BASE_IMAGE=$BASE_IMAGE" "$ctx" >/dev/null
+if ! docker build -t "$ENV_IMAGE" -f docker/env.Dockerfile --label "$LABEL=$inputs" \
+        --build-arg "BASE_IMAGE=$BASE_IMAGE" "$ctx" >"$ctx/build.log" 2>&1; then
+    tail -n 40 "$ctx/build.log" >&2; exit 1
+fi
 log "built $ENV_IMAGE in $(( $(date +%s) - start ))s"
 echo "$ENV_IMAGE"

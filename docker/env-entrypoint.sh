@@ -15,7 +15,8 @@
 # /proc/kcore, /proc/sys, ...) cover the container's /proc. `docker run --security-opt
 # systempaths=unconfined` removes them, but docker-compose v1 and the engine API cannot
 # pass that option, so with CAP_SYS_ADMIN we unmount them here, then drop to ENV_UID
-# with no capabilities at all (empty bounding set) and no_new_privs, and start over.
+# with no capabilities at all (CAP_SETPCAP empties the bounding set; without it setpriv
+# fails) and no_new_privs, and start over.
 # Started as a non-root user: nothing of this; the container must already allow it.
 set -eu
 
@@ -26,8 +27,13 @@ if [ "$(id -u)" = 0 ]; then
             umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
         done
     fi
-    exec setpriv --reuid "${ENV_UID:-10001}" --regid "${ENV_GID:-10001}" --clear-groups \
-        --inh-caps=-all --bounding-set=-all --no-new-privs -- "$0" "$@"
+    drop="setpriv --reuid ${ENV_UID:-10001} --regid ${ENV_GID:-10001} --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs"
+    # setpriv leaves the bounding set as it is, silently, without CAP_SETPCAP: check it
+    if ! $drop -- grep -Eq '^CapBnd:[[:space:]]+0+$' /proc/self/status; then
+        echo "env-entrypoint: cannot drop all capabilities (cap_add SETPCAP, SETUID, SETGID)" >&2
+        exit 3
+    fi
+    exec $drop -- "$0" "$@"
 fi
 
 : "${ENV_TASKS:?set ENV_TASKS to the task file (mounted into the container)}"
@@ -47,6 +53,7 @@ if [ "$backend" = bwrap ]; then
 fi
 
 mkdir -p "$data_dir"
-exec env-server serve --host 0.0.0.0 --port "${ENV_PORT:-8000}" --tasks "$ENV_TASKS" \
+# tini (PID 1 here, non-root like everything else by now) reaps and forwards signals.
+exec tini -s -- env-server serve --host 0.0.0.0 --port "${ENV_PORT:-8000}" --tasks "$ENV_TASKS" \
     --backend "$backend" --max-sessions "${ENV_MAX_SESSIONS:-16}" --data-dir "$data_dir" \
     --log-level "${ENV_LOG_LEVEL:-warning}" "$@"

@@ -28,7 +28,7 @@ RUN apt-get update -qq; \
     apt-get clean; rm -rf /var/lib/apt/lists/* /usr/share/doc/* /usr/share/man/* /usr/share/info/*; \
     groupadd -g "$ENV_UID" envsrv; \
     useradd -u "$ENV_UID" -g "$ENV_UID" -m -d /home/envsrv -s /usr/sbin/nologin envsrv; \
-    mkdir -p /data /cache /app; chown "$ENV_UID:$ENV_UID" /data /cache; chmod 1777 /cache
+    mkdir -p /data /cache /app; chown "$ENV_UID:$ENV_UID" /data /cache; chmod 1777 /data /cache
 
 # Only what the package needs (a build from the repository root must not send .venv).
 COPY pyproject.toml README.md /src/
@@ -47,15 +47,21 @@ RUN python3 -m venv /opt/env-server; \
     install -m 0755 /src/docker/env-entrypoint.sh /app/env-entrypoint.sh; \
     rm -rf /src
 
+# Non-root by default. compose.yaml and deploy/ start it as root with CAP_SYS_ADMIN only
+# to unmask /proc for the sandbox; the entry point then drops to ENV_UID with no
+# capabilities (docker/env-entrypoint.sh).
 USER ${ENV_UID}:${ENV_UID}
 WORKDIR /app
 # Templates and tool views (per container; not shared between replicas).
 ENV XDG_CACHE_HOME=/cache \
+    ENV_UID=${ENV_UID} \
+    ENV_GID=${ENV_UID} \
     ENV_DATA_DIR=/data \
     ENV_PORT=8000
-VOLUME ["/data"]
+# /data: mount a volume there for traces (compose.yaml: named volume `traces`). No
+# VOLUME instruction: it would leave an anonymous volume behind every `docker run`.
 EXPOSE 8000
-HEALTHCHECK --interval=5s --timeout=3s --start-period=20s --retries=5 \
+HEALTHCHECK --interval=3s --timeout=3s --start-period=20s --retries=5 \
     CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/health' % os.environ.get('ENV_PORT', '8000'), timeout=2).read()"]
-ENTRYPOINT ["/usr/bin/tini", "--", "/app/env-entrypoint.sh"]
+ENTRYPOINT ["/app/env-entrypoint.sh"]
 CMD []

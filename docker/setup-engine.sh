@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Make a Docker engine available on this (Debian 12) machine. Idempotent.
 #
-#  - installs Debian's docker.io (engine 20.10) with apt when `dockerd` is missing;
+#  - installs Debian's docker.io (engine 20.10) with apt when `dockerd` is missing, and
+#    Debian's docker-compose (v1) when no compose (v1 or v2) is there;
 #  - starts `dockerd` in the background (log: $DOCKERD_LOG) unless an engine answers;
 #  - waits until `docker info` works (fails loudly after $DOCKERD_WAIT_S seconds).
 #
@@ -14,6 +15,16 @@ DOCKERD_WAIT_S=${DOCKERD_WAIT_S:-60}
 log() { echo "[setup-engine] $*" >&2; }
 
 engine_up() { docker info >/dev/null 2>&1; }
+
+# Compose for compose.yaml / tests/containers: Debian's docker-compose (v1) unless a
+# compose of either kind is already there.
+if ! command -v docker-compose >/dev/null 2>&1 && ! docker compose version >/dev/null 2>&1; then
+    log "installing docker-compose with apt"
+    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-compose >/dev/null; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-compose >/dev/null
+    fi
+fi
 
 if engine_up; then
     log "engine already running: $(docker version --format '{{.Server.Version}}' 2>/dev/null)"

@@ -206,6 +206,8 @@ def container_kwargs(
         tmpfs={
             "/workspace": f"{tmpfs_opts},size={lim.workspace_mb}m,uid={uid},gid={uid},mode=0700",
             "/tmp": f"{tmpfs_opts},size={lim.tmp_mb}m,mode=1777",
+            # the runtime's private diff state; the agent's Landlock layer cannot write here
+            "/.swe/private": f"{tmpfs_opts},size={lim.workspace_mb}m,uid={uid},gid={uid},mode=0700",
         },
         mounts=mounts,
         environment={"HOME": "/workspace"},

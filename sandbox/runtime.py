@@ -82,12 +82,17 @@ def enter_private_userns() -> None:
 
 
 def build_overlay_workspace(cfg: dict) -> None:
+    """Mount the workspace: an overlay on the read-only template, upper layer on a
+    size-limited noexec tmpfs that also holds the runtime's private state
+    (``private/``: the diff's index and objects). The agent's shell runs under an
+    extra Landlock layer that cannot write beneath that tmpfs."""
     flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
     _mount("tmpfs", "/tmp", "tmpfs", flags, "size=%dm,mode=1777" % cfg["tmp_mb"])
     upper = cfg["upper"]
     _mount("tmpfs", upper, "tmpfs", flags, "size=%dm,mode=0755" % cfg["workspace_mb"])
     os.makedirs(upper + "/u")
     os.makedirs(upper + "/w")
+    os.makedirs(upper + "/private", mode=0o700)
     _mount("overlay", WORKSPACE, "overlay", flags,
            "lowerdir=%s,upperdir=%s/u,workdir=%s/w,userxattr" % (cfg["template"], upper, upper))
     if os.path.isdir("/dev/shm"):
@@ -96,8 +101,6 @@ def build_overlay_workspace(cfg: dict) -> None:
     # Make it read-only and noexec (the device nodes are mounts of their own).
     MS_REMOUNT, MS_BIND = 32, 4096
     _mount("none", "/dev", "", MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
-    # The overlay keeps its own reference to the lower dir: hide the path itself.
-    _mount("tmpfs", cfg["template"], "tmpfs", MS_RDONLY | flags, "size=4k")
 
 
 def build_copied_workspace(cfg: dict) -> None:
@@ -147,15 +150,16 @@ LL_WRITE_ALL = sum(1 << i for i in (1, 4, 5, 6, 7, 8, 9, 10, 11, 12))  # write, 
 LL_REFER, LL_TRUNCATE = 1 << 13, 1 << 14
 
 
-def apply_landlock(exec_paths: list, write_paths: list) -> int:
-    """Execute only from ``exec_paths``, write only beneath ``write_paths``.
+def apply_landlock(exec_paths, write_paths: list) -> int:
+    """Execute only from ``exec_paths`` (None: leave execution alone), write only
+    beneath ``write_paths``. Layers stack: each call can only take rights away.
 
     Returns the ABI version applied, 0 when the kernel has no Landlock.
     """
     abi = libc.syscall(444, None, 0, 1)  # LANDLOCK_CREATE_RULESET_VERSION
     if abi < 1:
         return 0
-    handled = LL_EXECUTE | LL_WRITE_ALL
+    handled = (LL_EXECUTE if exec_paths is not None else 0) | LL_WRITE_ALL
     if abi >= 2:
         handled |= LL_REFER
     if abi >= 3:
@@ -166,20 +170,20 @@ def apply_landlock(exec_paths: list, write_paths: list) -> int:
         return 0
     try:
         write_rights = LL_WRITE_ALL | (LL_REFER if abi >= 2 else 0) | (LL_TRUNCATE if abi >= 3 else 0)
-        for paths, rights in ((exec_paths, LL_EXECUTE), (write_paths, write_rights)):
-            for path in paths:
-                try:
-                    pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-                except OSError:
-                    continue
-                try:
-                    is_dir = os.path.isdir(path)
-                    allowed = rights if is_dir else rights & (LL_EXECUTE | LL_WRITE_FILE | LL_TRUNCATE)
-                    rule = struct.pack("=Qi", allowed, pfd)
-                    _check(0 if libc.syscall(445, fd, 1, ctypes.c_char_p(rule), 0) == 0 else -1,
-                           "landlock_add_rule " + path)
-                finally:
-                    os.close(pfd)
+        targets = [(p, LL_EXECUTE) for p in exec_paths or ()] + [(p, write_rights) for p in write_paths]
+        for path, rights in targets:
+            try:
+                pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                is_dir = os.path.isdir(path)
+                allowed = rights if is_dir else rights & (LL_EXECUTE | LL_WRITE_FILE | LL_TRUNCATE)
+                rule = struct.pack("=Qi", allowed, pfd)
+                _check(0 if libc.syscall(445, fd, 1, ctypes.c_char_p(rule), 0) == 0 else -1,
+                       "landlock_add_rule " + path)
+            finally:
+                os.close(pfd)
         _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
         _check(0 if libc.syscall(446, fd, 0) == 0 else -1, "landlock_restrict_self")
     finally:
@@ -218,7 +222,10 @@ DENY_AARCH64 = {
     "vhangup": 58, "personality": 92, "landlock_create_ruleset": 444, "pidfd_getfd": 438,
     "kcmp": 272,
 }
-ARCH = {"x86_64": (0xC000003E, DENY_X86_64, 41, 56, 435), "aarch64": (0xC00000B7, DENY_AARCH64, 198, 220, 435)}
+# (audit arch, deny-list, socket, clone, clone3, memfd_create)
+ARCH = {"x86_64": (0xC000003E, DENY_X86_64, 41, 56, 435, 319),
+        "aarch64": (0xC00000B7, DENY_AARCH64, 198, 220, 435, 279)}
+MFD_NOEXEC_SEAL = 0x0008
 AF_DENY_ALWAYS = (17, 15, 38, 40, 31, 36, 42, 44)  # packet, key, alg, vsock, bluetooth, ieee802154, qipcrtr, xdp
 AF_INET_FAMILIES = (2, 10)
 CLONE_NS_FLAGS = 0x10000000 | 0x00020000 | 0x04000000 | 0x08000000 | 0x20000000 | 0x40000000 | 0x02000000 | 0x00000080
@@ -227,8 +234,11 @@ CLONE_NS_FLAGS = 0x10000000 | 0x00020000 | 0x04000000 | 0x08000000 | 0x20000000 
 def seccomp_program(machine: str, deny_inet: bool) -> bytes:
     """A classic-BPF deny-list filter: EPERM for the syscalls above, for sockets
     of dangerous families, for clone() with namespace flags; ENOSYS for clone3
-    (so libc falls back to clone, whose flags a filter can inspect)."""
-    audit_arch, deny, nr_socket, nr_clone, nr_clone3 = ARCH[machine]
+    (so libc falls back to clone, whose flags a filter can inspect) and for
+    memfd_create without MFD_NOEXEC_SEAL (an executable memfd would run any
+    binary the agent writes into it, past noexec mounts and Landlock; callers
+    that see ENOSYS fall back to files in the noexec /tmp or /dev/shm)."""
+    audit_arch, deny, nr_socket, nr_clone, nr_clone3, nr_memfd = ARCH[machine]
     LD, JEQ, JSET, RET = 0x20, 0x15, 0x45, 0x06
     ALLOW, KILL = 0x7FFF0000, 0x80000000
     EPERM, ENOSYS, EAFNOSUPPORT = 0x00050000 | 1, 0x00050000 | 38, 0x00050000 | 97
@@ -249,6 +259,12 @@ def seccomp_program(machine: str, deny_inet: bool) -> bytes:
         ins(RET, 0, 0, EPERM)
     ins(JEQ, 0, 1, nr_clone3)
     ins(RET, 0, 0, ENOSYS)
+    # memfd_create(name, flags): only sealed-noexec memfds
+    ins(JEQ, 0, 4, nr_memfd)
+    ins(LD, 0, 0, 24)                     # args[1] low 32 bits
+    ins(JSET, 1, 0, MFD_NOEXEC_SEAL)
+    ins(RET, 0, 0, ENOSYS)
+    ins(RET, 0, 0, ALLOW)
     # clone(flags, ...): refuse namespace flags
     ins(JEQ, 0, 4, nr_clone)
     ins(LD, 0, 0, 16)                     # args[0] low 32 bits
@@ -289,10 +305,17 @@ class Shell:
     back on fd 63 with a per-command nonce, which the command itself never holds.
     """
 
-    def __init__(self, env: dict) -> None:
+    def __init__(self, env: dict, write_paths=None) -> None:
         self.env = env
+        # With Landlock, the shell (and all the agent runs) gets one more layer:
+        # writes only to these paths, so not to the runtime's private state.
+        self.write_paths = write_paths
         self.proc: subprocess.Popen | None = None
         self.start()
+
+    def _restrict(self) -> None:  # runs in the child, before exec
+        if self.write_paths is not None:
+            apply_landlock(None, self.write_paths)
 
     def start(self) -> None:
         out_r, out_w = os.pipe()
@@ -302,7 +325,8 @@ class Shell:
             os.close(st_w)
         self.proc = subprocess.Popen(
             ["bash", "--noprofile", "--norc"], stdin=subprocess.PIPE, stdout=out_w, stderr=out_w,
-            pass_fds=(63,), cwd=WORKSPACE, env=self.env, close_fds=True)
+            pass_fds=(63,), cwd=WORKSPACE, env=self.env, close_fds=True,
+            preexec_fn=self._restrict if self.write_paths is not None else None)
         os.close(out_w)
         os.close(63)
         self.out_fd, self.status_fd = out_r, st_r
@@ -404,11 +428,42 @@ def shell_quote(s: str) -> str:
     return "'" + s.replace("'", "'\"'\"'") + "'"
 
 
+RESOLVE_NO_MAGICLINKS, RESOLVE_BENEATH = 0x02, 0x08
+
+
+def openat2(dirfd: int, path: str, flags: int, mode: int = 0) -> int:
+    """openat2(2) with RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS; raises OSError."""
+    how = struct.pack("QQQ", flags, mode, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)
+    fd = libc.syscall(437, ctypes.c_int(dirfd), ctypes.c_char_p(path.encode("utf-8", "surrogateescape")),
+                      ctypes.c_char_p(how), ctypes.c_size_t(len(how)))
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), path)
+    return int(fd)
+
+
+def _probe_openat2() -> bool:
+    root = os.open("/", os.O_PATH)
+    try:
+        os.close(openat2(root, ".", os.O_PATH))
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(root)
+
+
+_HAS_OPENAT2 = _probe_openat2()
+
+
 class Runtime:
     def __init__(self, cfg: dict) -> None:
         self.cfg = cfg
-        self.shell = Shell(cfg["env"])
+        self.ws_fd = os.open(WORKSPACE, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        layered = cfg.get("_landlock_abi", 0) > 0
+        self.shell = Shell(cfg["env"], cfg["write_paths"] if layered else None)
         self._last_fp = self.fingerprint()
+        self._diff_ready = False
 
     # -- run ---------------------------------------------------------------------
     def op_run(self, req: dict) -> dict:
@@ -527,46 +582,89 @@ class Runtime:
             raise RuntimeFailure("bad_path", "%s does not exist" % path, reason="not_found")
         return os.path.join(real, os.path.relpath(full, probe)) if probe != full else real
 
+    # Files are opened with openat2(RESOLVE_BENEATH) from a descriptor of
+    # /workspace: the kernel refuses any resolution that leaves it (.., absolute
+    # or escaping symlinks), with no window between a check and the open.
+    # Kernels without openat2 (< 5.6) fall back to resolve() + O_NOFOLLOW.
+    def _open(self, path: object, flags: int, mode: int = 0) -> int:
+        full = self.resolve(path, must_exist=False) if not _HAS_OPENAT2 else None
+        if full is not None:
+            return os.open(full, flags | os.O_NOFOLLOW, mode)
+        if not isinstance(path, str) or not path or "\0" in path:
+            raise RuntimeFailure("bad_path", "path must be a non-empty string", reason="bad_path")
+        norm = os.path.normpath(path if path.startswith("/") else os.path.join(WORKSPACE, path))
+        if norm != WORKSPACE and not norm.startswith(WORKSPACE + "/"):
+            raise RuntimeFailure("bad_path", "%s is outside %s" % (path, WORKSPACE), reason="outside_workspace")
+        return openat2(self.ws_fd, os.path.relpath(norm, WORKSPACE), flags, mode)
+
+    def _path_error(self, path: object, e: OSError, action: str) -> RuntimeFailure:
+        reason = {errno.EXDEV: "outside_workspace", errno.ELOOP: "outside_workspace", errno.ENOENT: "not_found",
+                  errno.ENOTDIR: "not_found", errno.EISDIR: "is_directory"}.get(e.errno, "unreadable")
+        text = {"outside_workspace": "%s resolves outside %s" % (path, WORKSPACE),
+                "not_found": "%s does not exist" % path, "is_directory": "%s is a directory" % path}.get(
+                    reason, "cannot %s %s: %s" % (action, path, e.strerror))
+        return RuntimeFailure("bad_path", text, reason=reason)
+
     def op_read(self, req: dict) -> dict:
-        real = self.resolve(req.get("path"), must_exist=True)
-        if os.path.isdir(real):
-            raise RuntimeFailure("bad_path", "%s is a directory" % req["path"], reason="is_directory")
+        import stat as st
+
+        path = req.get("path")
         limit = int(self.cfg["limits"]["max_file_read_bytes"])
         try:
-            fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = self._open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as e:
-            raise RuntimeFailure("bad_path", "cannot open %s: %s" % (req["path"], e.strerror), reason="unreadable")
+            raise self._path_error(path, e, "open")
         try:
-            import stat as st
-
-            if not st.S_ISREG(os.fstat(fd).st_mode):
-                raise RuntimeFailure("bad_path", "%s is not a regular file" % req["path"], reason="not_a_file")
+            mode = os.fstat(fd).st_mode
+            if st.S_ISDIR(mode):
+                raise RuntimeFailure("bad_path", "%s is a directory" % path, reason="is_directory")
+            if not st.S_ISREG(mode):
+                raise RuntimeFailure("bad_path", "%s is not a regular file" % path, reason="not_a_file")
             with os.fdopen(fd, "rb", closefd=False) as f:
                 data = f.read(limit + 1)
         finally:
             os.close(fd)
         if len(data) > limit:
-            raise RuntimeFailure("bad_path", "%s is larger than %d bytes" % (req["path"], limit), reason="too_large")
+            raise RuntimeFailure("bad_path", "%s is larger than %d bytes" % (path, limit), reason="too_large")
         return {"data": base64.b64encode(data).decode("ascii")}
 
     def op_write(self, req: dict) -> dict:
-        real = self.resolve(req.get("path"), must_exist=False)
+        path = req.get("path")
         try:
             data = base64.b64decode(req.get("data", ""), validate=True)
         except (ValueError, TypeError):
             raise RuntimeFailure("invalid_arguments", "data must be base64")
         if len(data) > int(self.cfg["limits"]["max_file_write_bytes"]):
             raise RuntimeFailure("bad_path", "content is too large", reason="too_large")
-        if os.path.isdir(real):
-            raise RuntimeFailure("bad_path", "%s is a directory" % req["path"], reason="is_directory")
+        parent = os.path.dirname(path.rstrip("/")) if isinstance(path, str) else ""
         try:
-            os.makedirs(os.path.dirname(real), exist_ok=True)
-            fd = os.open(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
+            self._make_parents(parent)
+            fd = self._open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         except OSError as e:
-            raise RuntimeFailure("bad_path", "cannot write %s: %s" % (req["path"], e.strerror), reason="unwritable")
+            raise self._path_error(path, e, "write")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         return {"bytes": len(data)}
+
+    def _make_parents(self, parent: str) -> None:
+        """mkdir -p inside the workspace, each level created relative to a checked fd."""
+        if not parent or parent in ("/", WORKSPACE, "."):
+            return
+        try:
+            os.close(self._open(parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+            return
+        except OSError as e:
+            if e.errno != errno.ENOENT:
+                raise
+        self._make_parents(os.path.dirname(parent.rstrip("/")))
+        grand = os.path.dirname(parent.rstrip("/"))
+        dfd = self._open(grand, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) if grand not in ("", "/", ".") else os.dup(self.ws_fd)
+        try:
+            os.mkdir(os.path.basename(parent.rstrip("/")), 0o755, dir_fd=dfd)
+        except FileExistsError:
+            pass
+        finally:
+            os.close(dfd)
 
     # -- diff --------------------------------------------------------------------
     def fingerprint(self) -> str:
@@ -577,26 +675,32 @@ class Runtime:
         """
         import hashlib
 
-        root = self.cfg["upper"] + "/u" if self.cfg["mode"] == "overlay" else WORKSPACE
         h = hashlib.blake2b(digest_size=16)
-        stack = [root]
+        stack = [(os.open(self.cfg["_scan_root"], os.O_RDONLY | os.O_DIRECTORY), "")]
         while stack:
-            d = stack.pop()
+            fd, rel = stack.pop()
             try:
-                entries = sorted(os.scandir(d), key=lambda e: e.name)
+                with os.scandir(fd) as it:
+                    entries = sorted(it, key=lambda e: e.name)
+                for e in entries:
+                    if not rel and e.name == ".git":
+                        continue
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    path = rel + "/" + e.name
+                    h.update(("%s\0%d\0%d\0%d\0%d\n" % (path, st.st_mode, st.st_size, st.st_ctime_ns,
+                                                       st.st_ino)).encode("utf-8", "surrogateescape"))
+                    if e.is_dir(follow_symlinks=False):
+                        try:
+                            stack.append((os.open(e.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd), path))
+                        except OSError:
+                            pass
             except OSError:
-                continue
-            for e in entries:
-                if d == root and e.name == ".git":
-                    continue
-                try:
-                    st = e.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                h.update(("%s\0%d\0%d\0%d\0%d\n" % (e.path, st.st_mode, st.st_size, st.st_ctime_ns,
-                                                   st.st_ino)).encode("utf-8", "surrogateescape"))
-                if e.is_dir(follow_symlinks=False):
-                    stack.append(e.path)
+                pass
+            finally:
+                os.close(fd)
         return h.hexdigest()
 
     def op_diff(self, req: dict) -> dict:
@@ -611,26 +715,49 @@ class Runtime:
         return {"diff": result, "cached": False}
 
     def _git_diff(self) -> str:
-        base = self.cfg["base_commit"]
-        env = {"PATH": self.cfg["env"].get("PATH", "/usr/bin:/bin"), "HOME": "/tmp",
-               "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
-               "GIT_INDEX_FILE": "/tmp/.swe-diff-index", "LC_ALL": "C"}
-        safe = ["-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "core.quotePath=false",
-                "-c", "diff.external=", "-c", "core.autocrlf=false", "-c", "safe.directory=*"]
-        try:
-            os.unlink(env["GIT_INDEX_FILE"])
-        except OSError:
-            pass
-        steps = [["git"] + safe + ["read-tree", base], ["git"] + safe + ["add", "-A", "."],
-                 ["git"] + safe + ["diff", "--cached", "--no-color", "--no-ext-diff", "--no-textconv",
-                                   "--no-renames", "--src-prefix=a/", "--dst-prefix=b/", base]]
-        result = None
-        for argv in steps:
-            result = subprocess.run(argv, cwd=WORKSPACE, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
-            if result.returncode != 0:
-                raise RuntimeFailure("diff_failed", result.stderr.decode("utf-8", "replace")[-2000:])
-        return result.stdout.decode("utf-8", "replace")
+        """``git diff`` of /workspace against the base, trusting nothing the agent can write.
+
+        The repository is the read-only template's (the agent's /workspace/.git,
+        its config, hooks, filters, replace refs and index are never read); the
+        index and new objects live in the runtime's private directory.
+        """
+        base, private = self.cfg["base_commit"], self.cfg["_private"]
+        git_dir = self.cfg["template"] + "/.git"
+        env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LC_ALL": "C",
+               "GIT_DIR": git_dir, "GIT_WORK_TREE": WORKSPACE, "GIT_INDEX_FILE": private + "/index",
+               "GIT_OBJECT_DIRECTORY": private + "/objects", "GIT_ALTERNATE_OBJECT_DIRECTORIES": git_dir + "/objects",
+               "GIT_NO_REPLACE_OBJECTS": "1", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
+               "GIT_ATTR_NOSYSTEM": "1", "GIT_OPTIONAL_LOCKS": "0"}
+        safe = ["git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "core.quotePath=false",
+                "-c", "core.autocrlf=false", "-c", "core.bare=false", "-c", "safe.directory=*",
+                "-c", "diff.external=", "-c", "core.attributesFile=/dev/null"]
+
+        def git(*args: str) -> bytes:
+            r = subprocess.run(safe + list(args), cwd=WORKSPACE, env=env, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+            if r.returncode != 0:
+                raise RuntimeFailure("diff_failed", r.stderr.decode("utf-8", "replace")[-2000:])
+            return r.stdout
+
+        def reset() -> None:
+            subprocess.run(["/bin/sh", "-c", 'rm -rf "$0/objects" "$0/index" "$0/index.lock" && mkdir -p "$0/objects"',
+                            private], env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60, check=True)
+            git("read-tree", base)
+
+        for attempt in (0, 1):
+            try:
+                if attempt or not self._diff_ready:
+                    reset()
+                    self._diff_ready = True
+                git("add", "--all", "--", ".")
+                out = git("diff", "--cached", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames",
+                          "--src-prefix=a/", "--dst-prefix=b/", base, "--")
+                return out.decode("utf-8", "replace")
+            except (RuntimeFailure, subprocess.TimeoutExpired):
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
 
     def op_ping(self, req: dict) -> dict:
         return {"pong": True, "shell_alive": self.shell.proc.poll() is None}
@@ -641,9 +768,15 @@ def setup(cfg: dict) -> dict:
     if cfg["mode"] == "overlay":
         enter_private_userns()
         build_overlay_workspace(cfg)
+        cfg["_scan_root"] = cfg["upper"] + "/u"  # only the upper layer can differ from the base
+        cfg["_private"] = cfg["upper"] + "/private"
         info["noexec_workspace"] = True
     else:
         build_copied_workspace(cfg)
+        cfg["_scan_root"] = WORKSPACE
+        # The backend mounts a tmpfs here (outside the agent's writable paths).
+        cfg["_private"] = cfg.get("private_dir") or "/.swe/private"
+        os.makedirs(cfg["_private"], exist_ok=True)
         with open("/proc/self/mounts") as f:
             for line in f:
                 fields = line.split()
@@ -657,7 +790,8 @@ def setup(cfg: dict) -> dict:
         drop_capabilities()
     if cfg["landlock"] != "off":
         try:
-            info["landlock_abi"] = apply_landlock(cfg["exec_paths"], cfg["write_paths"])
+            info["landlock_abi"] = apply_landlock(cfg["exec_paths"], cfg["write_paths"] + [cfg["_private"]])
+            cfg["_landlock_abi"] = info["landlock_abi"]
         except OSError as e:
             if cfg["landlock"] == "required":
                 raise RuntimeFailure("layer_missing", "landlock: %s" % e)

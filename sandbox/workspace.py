@@ -9,8 +9,12 @@ of an overlay, docker copies it.
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import hashlib
+import lzma
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -22,7 +26,7 @@ from pathlib import Path
 
 from .models import HardeningPolicy, SandboxConfig, WorkspaceError, WorkspaceSpec
 
-TEMPLATE_FORMAT = "3"  # bump when the scrub changes, so old templates are rebuilt
+TEMPLATE_FORMAT = "4"  # bump when the scrub changes, so old templates are rebuilt
 _GIT_ENV = {
     "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C",
     "GIT_AUTHOR_NAME": "swe-openenv", "GIT_AUTHOR_EMAIL": "base@swe-openenv.invalid",
@@ -127,23 +131,68 @@ def _export_tree(spec: WorkspaceSpec, tree: Path) -> None:
                         ignore=shutil.ignore_patterns(".git"))
 
 
+CODE_SUFFIXES = (".py", ".pyc", ".pyo", ".pyi", ".pyx", ".pyw")
+_PY_SOURCE = re.compile(rb"^[ \t]*(def|class|import|from|async def)[ \t]", re.MULTILINE)
+_SNIFF = 64 * 1024
+
+
+def _is_bytecode(head: bytes) -> bool:
+    """A CPython 3 .pyc header: a 16-bit magic number in the 3000s followed by CRLF."""
+    return len(head) >= 16 and head[2:4] == b"\r\n" and 2900 <= int.from_bytes(head[:2], "little") < 4000
+
+
+def _holds_code(data: bytes) -> bool:
+    return _is_bytecode(data[:16]) or bool(_PY_SOURCE.search(data[:_SNIFF]))
+
+
 def _is_code_archive(path: Path) -> bool:
     """True if the archive holds Python source or bytecode (or cannot be inspected)."""
-    code = (".py", ".pyc", ".pyo", ".pyi", ".pyx")
     try:
         if zipfile.is_zipfile(path):
             with zipfile.ZipFile(path) as zf:
-                return any(n.endswith(code) for n in zf.namelist())
+                return any(n.endswith(CODE_SUFFIXES) for n in zf.namelist())
         if tarfile.is_tarfile(path):
             with tarfile.open(path) as tf:
-                return any(n.endswith(code) for n in tf.getnames())
+                return any(n.endswith(CODE_SUFFIXES) for n in tf.getnames())
     except (OSError, zipfile.BadZipFile, tarfile.TarError, EOFError, ValueError):
         return True
     return True  # a format we cannot look into (7z, rar): assume the worst
 
 
+def _content_leaks_code(path: Path) -> bool:
+    """Sniff a file by content, whatever its name: bytecode, an archive of code, or a
+    compressed stream whose payload is Python source, bytecode or a tar of code."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(512)
+    except OSError:
+        return False
+    if _is_bytecode(head):
+        return True
+    if head.startswith((b"PK\x03\x04", b"PK\x05\x06")) or head[257:262] == b"ustar":
+        return _is_code_archive(path)
+    if head.startswith((b"7z\xbc\xaf\x27\x1c", b"Rar!\x1a\x07", b"\x28\xb5\x2f\xfd")):
+        return True  # 7z, rar, zstd: not inspectable with the standard library
+    opener = {b"\x1f\x8b": gzip.open, b"BZ": bz2.open, b"\xfd7": lzma.open}.get(head[:2])
+    if opener is None:
+        return False
+    try:
+        with opener(path, "rb") as f:
+            data = f.read(4 * 1024 * 1024)
+    except (OSError, EOFError, lzma.LZMAError, ValueError):
+        return True  # claims to be compressed but does not decompress: assume the worst
+    if len(data) > 262 and data[257:262] == b"ustar":
+        return _is_code_archive(path)
+    return _holds_code(data)
+
+
 def purge(tree: Path, policy: HardeningPolicy) -> list[str]:
-    """Remove bytecode, caches and archives of code from ``tree``; return what went."""
+    """Remove bytecode, caches and archives of code from ``tree``; return what went.
+
+    Files are judged by name *and* by content: bytecode or an archive of code
+    renamed ``fixture.dat`` goes too; data archives without code stay (the
+    project's own tests may need them).
+    """
     removed: list[str] = []
     dirs, suffixes, archives = set(policy.purge_dirs), tuple(policy.purge_suffixes), tuple(policy.archive_suffixes)
     for dirpath, dirnames, filenames in os.walk(tree):
@@ -156,7 +205,10 @@ def purge(tree: Path, policy: HardeningPolicy) -> list[str]:
         for name in filenames:
             full = Path(dirpath, name)
             lower = name.lower()
-            if lower.endswith(suffixes) or (lower.endswith(archives) and not full.is_symlink() and _is_code_archive(full)):
+            if full.is_symlink():
+                continue
+            if (lower.endswith(suffixes) or (lower.endswith(archives) and _is_code_archive(full))
+                    or (not lower.endswith(CODE_SUFFIXES) and _content_leaks_code(full))):
                 full.unlink()
                 removed.append(str(full.relative_to(tree)))
     return removed

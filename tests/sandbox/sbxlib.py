@@ -6,7 +6,6 @@ so its presence in any output or file is a leak.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import importlib.util
@@ -53,7 +52,6 @@ BASE_CORE = 'def feature():\n    raise NotImplementedError("removed for the task
 def _pyc_bytes(src: str, name: str, *, unchecked: bool) -> bytes:
     """Bytecode of ``src`` (hash-based and unchecked: loaded whatever the source)."""
     import importlib._bootstrap_external as be
-    import marshal
 
     code = compile(src, name, "exec")
     if unchecked:

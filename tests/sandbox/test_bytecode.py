@@ -176,9 +176,6 @@ def _plant_disguised_archives(repo) -> list[str]:
             "data/core.dat"]
 
 
-@pytest.mark.xfail(strict=True, reason="FINDING: archives are purged by suffix only: core.py.gz / .bz2 / .xz "
-                   "(single compressed .py files), a zip named fixture.dat and bytecode named core.dat survive with the secret code; "
-                   "sniff content (zip/gzip/bz2/xz/zstd magic) and purge those holding Python")
 async def test_compressed_or_renamed_archives_of_code_unreadable(harness, tmp_path):
     """Archives are recognised by content, not by name: gzip/bz2/xz of a .py file, a zip
     called *.dat."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from sbxlib import SH_MARK, assert_no_secret, sh
+from sbxlib import SH_MARK, sh
 
 from sandbox import PathError
 
@@ -36,9 +36,6 @@ async def test_read_file_refuses_paths_and_symlinks_out(harness):
         assert (await sb.read_file("pkg/core.py")).startswith(b"def feature")
 
 
-@pytest.mark.xfail(strict=True, reason="contract bug: a symlink into an unreadable /proc/1/root makes "
-                   "read_file raise a generic SandboxError('runtime_error: PermissionError') instead of PathError "
-                   "(nothing leaks)")
 async def test_read_file_symlink_into_proc_root_is_a_path_error(harness):
     async with harness.session() as sb:
         await sh(sb, "ln -s /proc/1/root l-proc1")
@@ -70,15 +67,22 @@ async def test_symlink_swap_race_cannot_redirect_writes(harness):
     """A background loop flips a directory into a symlink to /tmp while writes go on
     (background jobs kept alive between commands for this)."""
     async with harness.session(policy={"kill_background": False}) as sb:
-        await sh(sb, "mkdir -p /tmp/target; (for i in $(seq 20000); do rm -rf race; mkdir race; rm -rf race; "
-                     "ln -s /tmp/target race; done) >/dev/null 2>&1 &")
+        await sh(sb, """mkdir -p /tmp/target; python3 -c '
+import os, time
+end = time.time() + 60
+while time.time() < end:
+    try: os.mkdir("race"); os.rmdir("race"); os.symlink("/tmp/target", "race"); os.unlink("race")
+    except OSError: pass
+' >/dev/null 2>&1 &""")
         alive = await sh(sb, "for i in $(seq 200); do [ -L race ] && echo L; sleep 0.005; done | sort -u")
         assert "L" in alive.output, f"probe broken: the race loop is not running: {alive.output}"
-        for i in range(300):
+        for i in range(4000):
             try:
                 await sb.write_file(f"race/f{i}", b"x")
             except PathError:
                 pass
+            if i % 500 == 499 and (await sh(sb, "ls /tmp/target | wc -l")).output.strip() != "0":
+                break
         res = await sh(sb, "kill %1 2>/dev/null; sleep 0.2; ls /tmp/target | wc -l")
         assert res.output.strip().splitlines()[-1] == "0", f"writes escaped to /tmp: {res.output}"
 
@@ -108,10 +112,6 @@ async def test_diff_never_runs_agent_git_config_on_host(harness, tmp_path):
     assert not flag.exists(), "agent-planted git config ran on the host"
 
 
-@pytest.mark.xfail(strict=True, reason="FINDING: diff() runs `git add -A` in the agent's repository, so a "
-                   "`filter.<x>.clean` driver named in .gitattributes runs agent code in the runtime, outside "
-                   "any command's timeout; `sleep` in it makes diff() fail after 60 s (SandboxError), and its "
-                   "output replaces file contents in the diff")
 async def test_diff_runs_no_agent_git_filter_in_sandbox(harness):
     async with harness.session() as sb:
         await _plant_git_config(sb, "sh -c 'touch /workspace/AGENT-CODE-RAN; cat'")
@@ -120,14 +120,7 @@ async def test_diff_runs_no_agent_git_filter_in_sandbox(harness):
         assert "No such file" in res.output, f"agent-planted git config ran during diff(): {res.output}"
 
 
-DIFF_TRUSTS_AGENT_GIT = (
-    "FINDING: diff() runs git on the agent-writable /workspace/.git and a git index in the agent-writable "
-    "/tmp, so the agent decides whether diff() works and what base it diffs against: the command shown "
-    "makes diff() raise SandboxError('diff_failed') or return a diff against a forged base. Diff against "
-    "the read-only template (or a runtime-private git dir with the base objects) instead")
 
-
-@pytest.mark.xfail(strict=True, reason=DIFF_TRUSTS_AGENT_GIT)
 @pytest.mark.parametrize("sabotage", [
     "mkdir -p /tmp/.swe-diff-index.lock",
     "rm -rf .git",

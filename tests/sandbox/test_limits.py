@@ -60,7 +60,7 @@ async def test_fork_bomb_contained(harness):
         assert time.monotonic() - start < 40
         await asyncio.sleep(1)
         after = await sh(sb, "echo alive")
-        assert after.output.strip() == "alive", after
+        assert after.ok and after.output.strip().endswith("alive"), after  # bash may report the dead jobs first
         assert await _procs(sb) <= 6, "fork bomb processes survived the command"
 
 

@@ -24,3 +24,94 @@ def qwen_tokenizer():
     from trainer_client.tokenizer import load_qwen_tokenizer
 
     return load_qwen_tokenizer()
+
+
+# ------------------------------------------------------------------ real env server + a tool-calling tiny model
+def _start_env_server(tasks, data_dir):
+    """Start `env-server serve` (bwrap sandbox) on a free loopback port; (process, url)."""
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from .doubles import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "env_server.cli", "serve", "--tasks", str(tasks), "--port", str(port),
+         "--backend", "bwrap", "--data-dir", str(data_dir), "--max-sessions", "16"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        if proc.poll() is not None:
+            raise RuntimeError(f"env-server exited with {proc.returncode}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    proc.kill()
+    raise RuntimeError("env-server did not come up")
+
+
+def _stop_process(proc) -> None:
+    import subprocess
+
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def small_pack_file():
+    """tests/taskpack.py's small pack of real tasks (skips where it cannot be built)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    try:
+        from taskpack import build_small_pack
+    except ImportError as exc:
+        pytest.skip(f"tests/taskpack.py unavailable: {exc}")
+    try:
+        return build_small_pack(3)
+    except Exception as exc:  # noqa: BLE001 - building real tasks needs the sandbox toolchain
+        pytest.skip(f"no real task pack: {exc}")
+
+
+@pytest.fixture(scope="session")
+def real_env_url(small_pack_file, tmp_path_factory):
+    """URL of one real env server (bwrap sandbox, the small pack) shared by the session."""
+    proc, url = _start_env_server(small_pack_file, tmp_path_factory.mktemp("env-data"))
+    yield url
+    _stop_process(proc)
+
+
+@pytest.fixture(scope="session")
+def real_env_cls(real_env_url):
+    """A SweEnvironment class bound to the session's real env server."""
+    from trainer_client.environment import make_environment_class
+
+    env_cls = make_environment_class([real_env_url])
+    yield env_cls
+    env_cls.runtime.close()
+
+
+@pytest.fixture(scope="session")
+def toolcaller(real_env_cls, tmp_path_factory):
+    """(model dir, scripted episodes): the tiny model fine-tuned to follow the scripts of
+    tests/trainer/toolcaller.py (SFT on CPU on first use, then cached on disk)."""
+    from . import toolcaller as tc
+    from .helpers import build_trainer
+
+    recorder = build_trainer(tmp_path_factory.mktemp("record"), real_env_cls)
+    episodes = tc.record_episodes(recorder, real_env_cls)
+    del recorder
+    assert episodes["fix"].reward == 1.0 and episodes["nofix"].reward == 0.0, "the scripted fix must be the gold fix"
+    return tc.toolcaller_dir(episodes), episodes

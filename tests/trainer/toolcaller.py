@@ -39,8 +39,8 @@ FIX_PROMPT = "Fix the bug.\n\n"
 BAD_COMMAND = "nosuchcmd"
 GOLD_EDIT = {"path": "toolz/functoolz.py", "old": "self.first = funcs[1]", "new": "self.first = funcs[0]"}
 
-SFT_STEPS = 300
-SFT_LR = 3e-3
+SFT_STEPS = 150
+SFT_LR = 1e-2
 SFT_SEED = 0
 SFT_VERSION = 1  # bump when the recipe changes
 

@@ -99,3 +99,27 @@ def test_bad_inputs_are_clear_errors(tmp_path, repo):
         prepare_template(WorkspaceSpec(repo_path=tmp_path / "missing"), cfg)
     with pytest.raises(WorkspaceError, match="rev-parse"):
         prepare_template(WorkspaceSpec(repo_path=r, base_commit="deadbeef"), cfg)
+
+
+def test_purge_sniffs_content_whatever_the_name(tmp_path):
+    import bz2
+    import gzip
+    import importlib.util
+    import lzma
+    import marshal
+
+    t = tmp_path / "t"
+    t.mkdir()
+    src = b"def secret():\n    return 42\n"
+    (t / "core.py.gz").write_bytes(gzip.compress(src))
+    (t / "core.py.bz2").write_bytes(bz2.compress(src))
+    (t / "core.py.xz").write_bytes(lzma.compress(src))
+    (t / "core.dat").write_bytes(importlib.util.MAGIC_NUMBER + b"\0" * 12 + marshal.dumps(compile(src, "x", "exec")))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("pkg/core.py", src)
+    (t / "fixture.dat").write_bytes(buf.getvalue())
+    (t / "table.csv.gz").write_bytes(gzip.compress(b"a,b\n1,2\n"))  # data: stays
+    (t / "notes.txt").write_text("from here on, import nothing\n")  # plain text: stays
+    purge(t, HardeningPolicy())
+    assert sorted(p.name for p in t.iterdir()) == ["notes.txt", "table.csv.gz"]

@@ -1,0 +1,217 @@
+"""Real multi-turn GRPO rollouts on the CPU: real TRL, a tiny model that calls tools (SFT'd, see
+toolcaller.py), the real env server with the bwrap sandbox and real tasks on loopback.
+
+Covers issue 5's tests: token ids preserved across turns (no re-tokenization drift) with
+tool_mask zeroing exactly the tool-output tokens; error-site markers in the per-turn record
+and in `inputs["error_sites"]`; a hidden-test reward flowing into GRPO advantages; and a
+learning signal (the rewarded behaviour's probability rises over a few dozen GRPO steps).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from . import toolcaller as tc
+from .helpers import grpo_config
+
+pytestmark = pytest.mark.slow
+
+# The FIX group: 6 samples of the taught 50/50 branch under a fixed seed (deterministic; any seed
+# has both behaviours with probability 31/32; a seed giving 6 of a kind fails the test, never skips it).
+FIX_GROUP = 6
+FIX_GROUP_SEED = 0
+
+
+def _trainer_cls():
+    from trainer_client.trainer import SweGRPOTrainer
+
+    class RecordingTrainer(SweGRPOTrainer):
+        """SweGRPOTrainer plus a pass-through spy on each generate call and on the rewards."""
+
+        def __init__(self, *args, **kwargs):
+            self.generate_calls: list[tuple[list[list[int]], list[list[int]]]] = []
+            self.rewards = []
+            super().__init__(*args, **kwargs)
+
+        def _generate_single_turn(self, prompt_ids, *args, **kwargs):
+            completion_ids, logprobs = super()._generate_single_turn(prompt_ids, *args, **kwargs)
+            self.generate_calls.append(([list(p) for p in prompt_ids], [list(c) for c in completion_ids]))
+            return completion_ids, logprobs
+
+        def _calculate_rewards(self, *args, **kwargs):
+            rewards = super()._calculate_rewards(*args, **kwargs)
+            self.rewards.append(rewards.detach().clone())
+            return rewards
+
+    return RecordingTrainer
+
+
+def _build(out, model_dir, env_cls, kind: str, n: int, **overrides):
+    from datasets import Dataset
+
+    from trainer_client.losses.config import LossConfig
+    from trainer_client.tokenizer import load_qwen_tokenizer
+
+    cfg = dict(per_device_train_batch_size=n, num_generations=n, max_completion_length=320, temperature=0.5)
+    cfg.update(overrides)
+    return _trainer_cls()(
+        model=str(model_dir),
+        processing_class=load_qwen_tokenizer(),
+        args=grpo_config(out, **cfg),
+        train_dataset=Dataset.from_list([tc.row(kind)] * n),
+        environment_factory=env_cls,
+        loss_config=LossConfig(alpha=0.0, beta=0.0),  # channel 1 (GRPO) only
+    )
+
+
+def _rollout(trainer, kind: str, n: int) -> dict:
+    """One batch through the trainer's real rollout + scoring (`_generate_and_score_completions`)."""
+    trainer.model.train()
+    return trainer._generate_and_score_completions([dict(tc.row(kind)) for _ in range(n)])
+
+
+def _unpadded(output, i: int) -> tuple[list[int], list[int]]:
+    n = int(output["completion_mask"][i].sum())
+    return output["completion_ids"][i][:n].tolist(), output["tool_mask"][i][:n].tolist()
+
+
+def _tool_suffix_text(output_text: str) -> str:
+    """Qwen2.5's rendering of one tool message after an assistant turn, plus the next generation prompt."""
+    return f"\n<|im_start|>user\n<tool_response>\n{output_text}\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+
+
+# ---------------------------------------------------------------------------------------------- the SFT'd policy
+def test_toolcaller_learnt_the_scripts(toolcaller):
+    from transformers import AutoModelForCausalLM
+
+    model_dir, episodes = toolcaller
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir))
+    report = tc.branch_report(model, episodes)
+    assert report["min_target_logprob"] > -0.05, report  # every scripted token is (nearly) certain ...
+    assert 0.2 < report["p_fix_first_turn"] < 0.8 and 0.2 < report["p_nofix_first_turn"] < 0.8, report  # ... but the fix
+
+
+# ---------------------------------------------------------------------------------------------- PROBE rollout
+@pytest.fixture(scope="module")
+def probe(toolcaller, real_env_cls, tmp_path_factory):
+    model_dir, episodes = toolcaller
+    trainer = _build(tmp_path_factory.mktemp("probe"), model_dir, real_env_cls, "probe", 2)
+    output = _rollout(trainer, "probe", 2)
+    return trainer, output, episodes["probe"]
+
+
+def test_token_ids_preserved_across_turns(probe):
+    trainer, output, episode = probe
+    tok = trainer.processing_class
+    calls = trainer.generate_calls
+    assert len(calls) == 3, "PROBE is three assistant turns: two tool rounds, then the answer"
+    for i in range(2):
+        turns = [calls[k][1][i] for k in range(3)]
+        texts = [tok.decode(t) for t in turns]
+        assert turns == episode.generated, f"rollout {i} left the script: {texts}"
+        # the first turn's ids are a non-canonical tokenization: re-tokenizing its text would change them
+        assert tok(texts[0], add_special_tokens=False).input_ids != turns[0]
+        for k in (1, 2):
+            prev_prompt, prev_gen = calls[k - 1][0][i], calls[k - 1][1][i]
+            nxt = calls[k][0][i]
+            # next-turn input = previous input + the generated ids verbatim + the templated tool output
+            assert nxt[: len(prev_prompt) + len(prev_gen)] == prev_prompt + prev_gen
+            suffix = nxt[len(prev_prompt) + len(prev_gen):]
+            expected = tok(_tool_suffix_text(episode.outputs[k - 1]), add_special_tokens=False).input_ids
+            assert suffix == expected, tok.decode(suffix)
+        assert calls[0][0][i] == episode.prompt_ids
+        assert "test_inflection.py" in tok.decode(calls[1][0][i][len(calls[0][0][i]):])  # the sandbox's real `ls`
+
+        # the trainer's completion is exactly generated + suffix + generated + suffix + generated ...
+        completion, tool_mask = _unpadded(output, i)
+        s1 = calls[1][0][i][len(calls[0][0][i]) + len(turns[0]):]
+        s2 = calls[2][0][i][len(calls[1][0][i]) + len(turns[1]):]
+        assert completion == turns[0] + s1 + turns[1] + s2 + turns[2]
+        assert completion == episode.completion_ids()
+        # ... and tool_mask is 0 on exactly the tool-output tokens
+        assert tool_mask == [1] * len(turns[0]) + [0] * len(s1) + [1] * len(turns[1]) + [0] * len(s2) + [1] * len(turns[2])
+        prompt_len = int(output["prompt_mask"][i].sum())
+        assert output["prompt_ids"][i][-prompt_len:].tolist() == calls[0][0][i]  # left-padded prompt
+
+
+def test_error_sites_in_turn_record_and_inputs(probe):
+    trainer, output, episode = probe
+    tok = trainer.processing_class
+    for i in range(2):
+        env = trainer.environments[i]
+        assert [(t["turn"], t["tool_name"], t["error_kind"]) for t in env.turns] == [
+            (0, "bash", None), (1, "bash", "command_not_found")]
+        assert env.turns[1]["hint_template_key"] == "shell.command_not_found"
+        assert env.turns[1]["error_source"] == "agent"
+
+        sites = output["error_sites"][i]
+        gens = episode.generated
+        start = len(gens[0]) + len(episode.suffixes[0]) + len(gens[1]) + len(episode.suffixes[1])
+        assert sites == [{"turn": 1, "error_kind": "command_not_found",
+                          "hint_template_key": "shell.command_not_found", "token_start": start}]
+        completion, tool_mask = _unpadded(output, i)
+        before = tok.decode(completion[:start])
+        assert before.endswith(f"[command not found: {tc.BAD_COMMAND}]\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
+        assert completion[start:] == gens[2]  # token_start = first token of the next assistant turn
+        assert tool_mask[start - 1] == 0 and tool_mask[start] == 1
+    assert trainer._metrics["train"]["env/errors/command_not_found"] == [1.0]
+    assert trainer._metrics["train"]["env/error_sites_per_rollout"] == [1.0]
+
+
+# ---------------------------------------------------------------------------------------------- reward -> advantage
+def test_hidden_test_reward_flows_into_advantages(toolcaller, real_env_cls, tmp_path):
+    model_dir, episodes = toolcaller
+    n = FIX_GROUP
+    trainer = _build(tmp_path, model_dir, real_env_cls, "fix", n, seed=FIX_GROUP_SEED)
+    output = _rollout(trainer, "fix", n)
+    tok = trainer.processing_class
+    completions = [_unpadded(output, i)[0] for i in range(n)]
+    fixed = [c == episodes["fix"].completion_ids() for c in completions]
+    unfixed = [c == episodes["nofix"].completion_ids() for c in completions]
+    assert all(a or b for a, b in zip(fixed, unfixed)), [tok.decode(c) for c in completions]
+    assert any(fixed) and any(unfixed), f"seed {FIX_GROUP_SEED}: the group sampled one behaviour only: {fixed}"
+
+    (rewards,) = trainer.rewards  # one reward function: the environment's get_reward (hidden tests)
+    assert rewards.shape == (n, 1)
+    assert rewards[:, 0].tolist() == [1.0 if f else 0.0 for f in fixed]
+    assert [trainer.environments[i].reward for i in range(n)] == [1.0 if f else 0.0 for f in fixed]
+    for i, f in enumerate(fixed):  # the grade came from the hidden tests run in the sandbox
+        want = "Hidden tests: 47 passed, 0 failed" if f else "Hidden tests: 42 passed, 5 failed"
+        assert want in tok.decode(completions[i])
+
+    adv = output["advantages"]
+    assert adv.shape == (n,)
+    for i, f in enumerate(fixed):
+        assert (adv[i] > 0.1) if f else (adv[i] < -0.1), adv
+    assert abs(float(adv.sum())) < 1e-4  # centred on the group mean
+
+
+# ---------------------------------------------------------------------------------------------- learning signal
+def test_rewarded_behaviour_becomes_more_likely(toolcaller, real_env_cls, tmp_path):
+    """GRPO on the FIX prompt: the env's hidden tests reward only the gold edit, so the probability
+    of the FIX first turn (the rewarded action) rises and that of NOFIX falls."""
+    import torch
+
+    model_dir, episodes = toolcaller
+    fix, nofix = episodes["fix"], episodes["nofix"]
+    trainer = _build(tmp_path, model_dir, real_env_cls, "fix", 4, seed=1, temperature=1.0,
+                     max_steps=LEARN_STEPS, learning_rate=LEARN_LR, lr_scheduler_type="constant")
+
+    def logps():
+        trainer.model.eval()
+        return (tc.sequence_logprob(trainer.model, fix.prompt_ids, fix.generated[0]),
+                tc.sequence_logprob(trainer.model, nofix.prompt_ids, nofix.generated[0]))
+
+    torch.manual_seed(1)
+    fix_before, nofix_before = logps()
+    trainer.train()
+    fix_after, nofix_after = logps()
+    rewards = [float(r[:, 0].mean()) for r in trainer.rewards]
+    msg = f"log p(FIX) {fix_before:.3f} -> {fix_after:.3f}; log p(NOFIX) {nofix_before:.3f} -> {nofix_after:.3f}; rewards {rewards}"
+    assert len(rewards) == LEARN_STEPS, msg
+    assert fix_after - fix_before > 0.4, msg
+    assert nofix_after < nofix_before - 0.4, msg
+
+
+LEARN_STEPS = 24
+LEARN_LR = 1e-3
