@@ -2,6 +2,11 @@
 with all three channels against channel 1 (GRPO) alone.
 
     .venv/bin/python bench/bench_losses.py [--lengths 512 2048 8192] [--naive-max-t 2048]
+        [--skip-div] [--skip-step] [--interleave ROUNDS]
+
+`--interleave` adds the step comparison with every arm in one process, stepped in turn
+(robust against load from elsewhere on a shared machine), including channel 2 without the
+reuse of GRPO's hidden states (its own student forward) for the before/after of that change.
 
 Each measurement runs in a fresh subprocess; peak extra memory = the child's peak RSS
 (ru_maxrss) after the computation minus its peak RSS just before it (inputs, model and
@@ -60,7 +65,9 @@ def worker_divergence(t: int, mode: str, h: int, chunk: int, threads: int) -> di
     }
 
 
-def worker_step(mode: str, steps: int, threads: int, completion_len: int, site_frac: float) -> dict:
+def _step_setup(mode: str, threads: int, completion_len: int, site_frac: float):
+    """(trainer, model, batch, n_site_tokens) of one arm: `grpo` (channel 1 alone), `full` (all
+    three channels), `full-noreuse` (all three, channel 2 running its own student forward)."""
     import tempfile
 
     import torch
@@ -99,7 +106,8 @@ def worker_step(mode: str, steps: int, threads: int, completion_len: int, site_f
     cfg = (
         LossConfig(alpha=0.0, beta=0.0)
         if mode == "grpo"
-        else LossConfig(alpha=0.1, beta=0.05, pref_loss="dpo", pairs_path=str(pairs), pairs_per_step=2)
+        else LossConfig(alpha=0.1, beta=0.05, pref_loss="dpo", pairs_path=str(pairs), pairs_per_step=2,
+                        reuse_grpo_hidden=mode != "full-noreuse")
     )
     args = GRPOConfig(output_dir=tmp, report_to=[], use_cpu=True, bf16=False, beta=0.0,
                       per_device_train_batch_size=4, num_generations=4, max_completion_length=completion_len)
@@ -125,20 +133,47 @@ def worker_step(mode: str, steps: int, threads: int, completion_len: int, site_f
         "error_sites": sites,
     }
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    return trainer, model, batch, opt, n_site_tokens
+
+
+def _one_step(trainer, model, batch, opt) -> float:
+    start = time.perf_counter()
+    loss = trainer._compute_loss(model, batch)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return time.perf_counter() - start
+
+
+def _channel_metrics(trainer) -> dict:
+    return {k: v[-1] for k, v in trainer._metrics["train"].items() if k.startswith("channels/")}
+
+
+def worker_step(mode: str, steps: int, threads: int, completion_len: int, site_frac: float) -> dict:
+    trainer, model, batch, opt, n_site_tokens = _step_setup(mode, threads, completion_len, site_frac)
     times, before = [], None
     for i in range(steps + 1):  # step 0 warms up (and caches DPO references)
         if i == 1:
             before = _maxrss_mb()
-        start = time.perf_counter()
-        loss = trainer._compute_loss(model, batch)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
+        elapsed = _one_step(trainer, model, batch, opt)
         if i:
-            times.append(time.perf_counter() - start)
-    metrics = {k: v[-1] for k, v in trainer._metrics["train"].items() if k.startswith("channels/")}
-    return {"seconds": statistics.median(times), "peak_extra_mb": _maxrss_mb() - before, "metrics": metrics,
-            "site_tokens": n_site_tokens, "completion_tokens": b * c}
+            times.append(elapsed)
+    return {"seconds": statistics.median(times), "peak_extra_mb": _maxrss_mb() - before,
+            "metrics": _channel_metrics(trainer), "site_tokens": n_site_tokens, "completion_tokens": 4 * completion_len}
+
+
+def worker_interleaved(modes: list, steps: int, threads: int, completion_len: int, site_frac: float) -> dict:
+    """All arms in one process, one step of each in turn (order rotated every round), so that
+    load from elsewhere on the machine hits every arm alike; per-arm median and per-round ratios."""
+    arms = {m: _step_setup(m, threads, completion_len, site_frac) for m in modes}
+    for m in modes:  # warm-up step of each arm (and DPO references)
+        _one_step(*arms[m][:4])
+    times: dict = {m: [] for m in modes}
+    for r in range(steps):
+        order = modes[r % len(modes):] + modes[: r % len(modes)]
+        for m in order:
+            times[m].append(_one_step(*arms[m][:4]))
+    return {"times": times, "metrics": {m: _channel_metrics(arms[m][0]) for m in modes}}
 
 
 # ------------------------------------------------------------------------- driver
@@ -161,14 +196,26 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--completion-len", type=int, default=512)
     ap.add_argument("--skip-step", action="store_true")
+    ap.add_argument("--skip-div", action="store_true")
+    ap.add_argument("--interleave", type=int, default=0, metavar="ROUNDS",
+                    help="also time GRPO / full / full without hidden-state reuse in one process, ROUNDS rounds")
     a = ap.parse_args()
     if a.worker:
         spec = json.loads(a.worker)
         kind = spec.pop("kind")
-        fn = worker_divergence if kind == "div" else worker_step
+        fn = {"div": worker_divergence, "step": worker_step, "interleaved": worker_interleaved}[kind]
         print(json.dumps(fn(**spec)))
         return
 
+    if not a.skip_div:
+        bench_divergence(a)
+    if not a.skip_step:
+        bench_step(a)
+    if a.interleave:
+        bench_interleaved(a)
+
+
+def bench_divergence(a) -> None:
     print(f"# channel-2 divergence, forward+backward, V={V_QWEN}, H={a.hidden}, chunk={a.chunk}, threads={a.threads}")
     print(f"{'T':>6} | {'naive s':>8} {'naive MB':>9} | {'chunked s':>9} {'chunk MB':>9} {'ratio':>6} {'|dloss|':>8} | {'trl s':>7} {'trl MB':>8} {'ratio':>6} {'|dloss|':>8}")
     for t in a.lengths:
@@ -189,8 +236,9 @@ def main() -> None:
         for name, r in (("naive", naive), ("chunked", chunk), ("trl", trl)):
             if "error" in r and r["error"] != "skipped":
                 print(f"       {name}: {r['error']}")
-    if a.skip_step:
-        return
+
+
+def bench_step(a) -> None:
     print(f"\n# one loss step (_compute_loss + backward + AdamW) of the CPU smoke config: 4 rollouts x "
           f"{a.completion_len} completion tokens, prompt 128, 5% error-site tokens, 2 DPO pairs; median of {a.steps}")
     grpo = _run("step", mode="grpo", steps=a.steps, threads=a.threads, completion_len=a.completion_len, site_frac=0.05)
@@ -204,6 +252,24 @@ def main() -> None:
         print(f"     ratio: {full['seconds'] / grpo['seconds']:.2f}x (target <= 1.5x); "
               f"site tokens {full['site_tokens']}/{full['completion_tokens']}; channels: "
               + ", ".join(f"{k.split('/')[1]}={v:.4g}" for k, v in full["metrics"].items()))
+
+
+
+def bench_interleaved(a) -> None:
+    modes = ["grpo", "full", "full-noreuse"]
+    print(f"\n# interleaved in one process, {a.interleave} rounds (same config as above); full-noreuse = "
+          f"channel 2 with its own student forward (the path before hidden-state reuse)")
+    r = _run("interleaved", modes=modes, steps=a.interleave, threads=a.threads, completion_len=a.completion_len,
+             site_frac=0.05)
+    if "error" in r:
+        print(f"  failed: {r['error']}")
+        return
+    t = r["times"]
+    for m in modes:
+        ratios = [x / g for x, g in zip(t[m], t["grpo"])]
+        print(f"{m:>13}: median {statistics.median(t[m]):.2f} s/step; per-round ratio to GRPO median "
+              f"{statistics.median(ratios):.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f}); sdpo="
+              f"{r['metrics'][m].get('channels/sdpo', 0.0):.6g}")
 
 
 if __name__ == "__main__":

@@ -76,6 +76,8 @@ def _docker_skip_reason() -> str | None:
 def backend(request: pytest.FixtureRequest) -> str:
     if request.param == "docker":
         reason = _docker_skip_reason()
+        if reason and os.environ.get("SWE_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"SWE_REQUIRE_DOCKER=1 but {reason}")
         if reason:
             pytest.skip(reason)
     elif shutil.which("bwrap") is None:

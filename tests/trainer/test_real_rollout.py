@@ -187,31 +187,47 @@ def test_hidden_test_reward_flows_into_advantages(toolcaller, real_env_cls, tmp_
 
 
 # ---------------------------------------------------------------------------------------------- learning signal
+# CPU cost: TRL 1.16's fused LM head scores EVERY position on non-Triton devices (prompt included), so a
+# step costs ~4 x 1100 positions x 151,665 vocab; ~25-50 s on 2 shared cores. Hence few, larger steps.
+# Plain SGD moves the weights along the GRPO gradient only (Adam's per-parameter normalisation moves every
+# one of the 9.8M weights by ~lr and wrecks the tiny memorising model within one step).
+LEARN_STEPS = 6
+LEARN_LR = 0.05
+
+
 def test_rewarded_behaviour_becomes_more_likely(toolcaller, real_env_cls, tmp_path):
     """GRPO on the FIX prompt: the env's hidden tests reward only the gold edit, so the probability
-    of the FIX first turn (the rewarded action) rises and that of NOFIX falls."""
+    of the FIX first turn (the rewarded action) rises and that of NOFIX falls.
+
+    max_completion_length=64: the FIX edit's tool output overflows the budget and is dropped
+    (TRL's rule) after the sandbox applied it; get_reward then grades the edited repo (auto-submit).
+    So each rollout's scored tokens are its first action (+ NOFIX's short submit round)."""
     import torch
 
     model_dir, episodes = toolcaller
     fix, nofix = episodes["fix"], episodes["nofix"]
-    trainer = _build(tmp_path, model_dir, real_env_cls, "fix", 4, seed=1, temperature=1.0,
-                     max_steps=LEARN_STEPS, learning_rate=LEARN_LR, lr_scheduler_type="constant")
+    trainer = _build(tmp_path, model_dir, real_env_cls, "fix", 4, seed=1, temperature=1.0, max_completion_length=64,
+                     max_steps=LEARN_STEPS, learning_rate=LEARN_LR, optim="sgd", lr_scheduler_type="constant")
 
     def logps():
         trainer.model.eval()
         return (tc.sequence_logprob(trainer.model, fix.prompt_ids, fix.generated[0]),
                 tc.sequence_logprob(trainer.model, nofix.prompt_ids, nofix.generated[0]))
 
-    torch.manual_seed(1)
     fix_before, nofix_before = logps()
-    trainer.train()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        trainer.train()
+    finally:
+        torch.set_num_threads(threads)
     fix_after, nofix_after = logps()
-    rewards = [float(r[:, 0].mean()) for r in trainer.rewards]
-    msg = f"log p(FIX) {fix_before:.3f} -> {fix_after:.3f}; log p(NOFIX) {nofix_before:.3f} -> {nofix_after:.3f}; rewards {rewards}"
+    rewards = [r[:, 0].tolist() for r in trainer.rewards]
+    msg = (f"log p(FIX) {fix_before:.3f} -> {fix_after:.3f}; log p(NOFIX) {nofix_before:.3f} -> {nofix_after:.3f}; "
+           f"rewards {rewards}")
+    print(msg)
     assert len(rewards) == LEARN_STEPS, msg
-    assert fix_after - fix_before > 0.4, msg
-    assert nofix_after < nofix_before - 0.4, msg
-
-
-LEARN_STEPS = 24
-LEARN_LR = 1e-3
+    assert any(0.0 < sum(r) < len(r) for r in rewards), msg  # at least one group carried a signal
+    assert fix_after - fix_before > 0.3, msg
+    assert nofix_after < nofix_before - 0.3, msg
+    assert fix_after > -0.5, msg  # the rewarded action is now the likely one (p > 0.6)

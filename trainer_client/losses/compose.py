@@ -55,7 +55,7 @@ class ChannelOutputs:
         return out
 
 
-def _has_sites(batch: Mapping[str, Any]) -> bool:
+def has_error_sites(batch: Mapping[str, Any]) -> bool:
     sites = batch.get("error_sites")
     return sites is not None and any(len(s or []) for s in sites)
 
@@ -74,11 +74,14 @@ def compute_channels(
     taid_t: float | None = None,
     gradient_accumulation_steps: int = 1,
     pad_token_id: int = 0,
+    student_hidden: torch.Tensor | None = None,
 ) -> ChannelOutputs:
     """Channels 2 and 3 for `batch` (GRPO-style dict with `error_sites`) and `pairs`.
 
     Channels 2/3 are divided by `gradient_accumulation_steps` before they are added (TRL's
-    GRPO loss is already scaled for accumulation).
+    GRPO loss is already scaled for accumulation). `student_hidden`: the (B, P + C, H) final
+    hidden states of the forward that produced `grpo_loss`; channel 2 then reads its student
+    side from them instead of running the student again (see `sdpo_loss`).
     """
     device = next(model.parameters()).device
     grpo = grpo_loss if grpo_loss is not None else torch.zeros((), device=device)
@@ -86,10 +89,13 @@ def compute_channels(
     alpha, beta = config.alpha_at(step), config.beta_at(step)
     out = ChannelOutputs(total=grpo, grpo=grpo, sdpo=zero, replay=zero, alpha=alpha, beta=beta)
     total = grpo
-    if alpha > 0 and _has_sites(batch):
+    if alpha > 0 and has_error_sites(batch):
         if hint_source is None or renderer is None:
             raise ValueError("channel 2 needs a hint_source and a HintRenderer")
-        s = sdpo_loss(model, batch, config, hint_source, renderer, taid_t=taid_t, pad_token_id=pad_token_id)
+        s = sdpo_loss(
+            model, batch, config, hint_source, renderer, taid_t=taid_t, pad_token_id=pad_token_id,
+            student_hidden=student_hidden,
+        )
         out.sdpo, out.n_error_sites, out.n_sdpo_tokens = s.loss, s.n_sites, s.n_tokens
         if s.n_tokens:
             total = total + alpha * s.loss / gradient_accumulation_steps

@@ -75,6 +75,11 @@ class LossConfig:
     at T=2048 in bench/bench_losses.py); trl: TRL's fused `_chunked_divergence_loss`
     (plain JSD only; faster, but ~25% of naive at T=2048); auto: trl where it applies."""
 
+    reuse_grpo_hidden: bool = True
+    """In the trainer, read channel 2's student hidden states from GRPO's own forward (a hook
+    on the backbone) instead of running the student over its rollouts again; False keeps the
+    separate student forward (the reference path; the values are equal within float error)."""
+
     # --- channel 2: hints ----------------------------------------------------------------
     hints_path: str | None = None
     """YAML of hint templates; None = the bundled trainer_client/losses/hints.yaml."""

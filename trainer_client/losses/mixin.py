@@ -5,6 +5,11 @@
 The trainer sets `self.loss_config` (a LossConfig). Channel 1 is `super()._compute_loss`
 untouched; channels 2/3 are divided by `current_gradient_accumulation_steps` and every
 channel is logged into `self._metrics[mode]` under `channels/...`.
+
+When channel 2 runs in a step, a forward hook on the backbone keeps the final hidden states
+of GRPO's own forward over the rollouts; channel 2 reads the student side at the counted
+positions from them (no second student forward; its gradient flows through GRPO's forward).
+The hook only reads, so channel 1 is unchanged.
 """
 
 from __future__ import annotations
@@ -14,10 +19,10 @@ from typing import Any
 
 import torch
 
-from .compose import ChannelOutputs, compute_channels
+from .compose import ChannelOutputs, compute_channels, has_error_sites
 from .config import LossConfig
 from .hints import HintSource, load_hint_source
-from .model_io import is_peft_model
+from .model_io import capture_final_hidden, is_peft_model
 from .pairs import EncodedPair, PairSampler, encode_pair, load_pairs
 from .replay import ReferenceLogps
 from .taid import TAIDScheduler
@@ -30,6 +35,20 @@ log = logging.getLogger(__name__)
 
 def _tokenizer_of(processing_class: Any) -> Any:
     return getattr(processing_class, "tokenizer", processing_class)
+
+
+def _rollout_hidden(captured: list[torch.Tensor], inputs: dict[str, Any]) -> torch.Tensor | None:
+    """GRPO's (B, P + C, H) hidden states from the captured forwards (TRL may split the batch
+    into row chunks); None when they do not match the rollouts (channel 2 then runs its own)."""
+    b = inputs["completion_ids"].size(0)
+    width = inputs["prompt_ids"].size(1) + inputs["completion_ids"].size(1)
+    hidden = None
+    if captured and all(h.dim() == 3 and h.size(1) == width for h in captured):
+        hidden = captured[0] if len(captured) == 1 else torch.cat(captured, dim=0)
+    if hidden is None or hidden.size(0) != b:
+        log.debug("GRPO hidden states not captured as expected; channel 2 runs its own student forward")
+        return None
+    return hidden
 
 
 class ChannelState:
@@ -82,11 +101,14 @@ class ThreeChannelLossMixin:
         return self._channel_state
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
-        loss = super()._compute_loss(model, inputs)  # type: ignore[misc]
         state = self._get_channel_state(model)
         cfg = state.config
-        mode = "train" if self.model.training else "eval"
         step = self.state.global_step
+        reuse = cfg.reuse_grpo_hidden and cfg.alpha_at(step) > 0 and has_error_sites(inputs)
+        with capture_final_hidden(model, enabled=reuse) as captured:
+            loss = super()._compute_loss(model, inputs)  # type: ignore[misc]
+        student_hidden = _rollout_hidden(captured, inputs) if reuse else None
+        mode = "train" if self.model.training else "eval"
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
         out: ChannelOutputs = compute_channels(
             model,
@@ -101,6 +123,7 @@ class ThreeChannelLossMixin:
             taid_t=state.taid_t,
             gradient_accumulation_steps=accumulation,
             pad_token_id=state.pad_token_id,
+            student_hidden=student_hidden,
         )
         if state.taid is not None and out.n_sdpo_tokens and mode == "train":
             state.taid.update(float(out.sdpo.detach()), step)

@@ -8,7 +8,10 @@ rendered by the chat template as a user message, spliced in at each site's `toke
 One teacher sequence covers all sites of a rollout (causal attention: hint k only affects
 tokens after site k). Counted tokens are the student's own (completion_mask * tool_mask)
 from the first site on; for each we record the hidden-state position that predicts it in
-the student's and in the teacher's sequence.
+the student's and in the teacher's sequence, and in the trainer's own (prompt | completion)
+layout, so that the student side can be read from the GRPO forward's hidden states instead of
+a forward of its own. Sequences stop at the last counted token: later positions are never
+read (causal attention), so the teacher forward does not run over them.
 """
 
 from __future__ import annotations
@@ -68,6 +71,9 @@ class SdpoBatch:
     teacher_positions: torch.Tensor  # (N,) flat indices into (R * Lt) hidden states
     rows: list[int]  # rollout index of each sequence
     n_sites: int
+    context_positions: torch.Tensor | None = None
+    """(N,) flat indices into the (B * (P + C)) hidden states of the trainer's forward over
+    cat(prompt_ids, completion_ids) (left-padded prompts, right-padded completions)."""
 
     @property
     def n_tokens(self) -> int:
@@ -107,8 +113,9 @@ def build_sdpo_batch(
     """Teacher/student sequences and counted positions; None when no token counts."""
     loss_mask = completion_mask if tool_mask is None else completion_mask * tool_mask
     gen = renderer.generation_prompt_ids
-    students, teachers, s_pos, t_pos, rows = [], [], [], [], []
+    students, teachers, s_pos, t_pos, c_pos, rows = [], [], [], [], [], []
     n_sites = 0
+    width_p, width = prompt_ids.size(1), prompt_ids.size(1) + completion_ids.size(1)
     for b, sites in enumerate(error_sites):
         if not sites:
             continue
@@ -147,14 +154,17 @@ def build_sdpo_batch(
         r = len(rows)
         rows.append(b)
         n_sites += len(inserts)
-        students.append(prompt + comp)
-        teachers.append(teacher)
+        last = picked[-1]  # keep the last counted token itself (its id is the target), drop the rest
+        students.append(prompt + comp[: last + 1])
+        teachers.append(teacher[: len(prompt) + last + offsets[last] + 1])
         s_pos += [(r, len(prompt) + j - 1) for j in picked]
         t_pos += [(r, len(prompt) + j - 1 + offsets[j]) for j in picked]
+        c_pos += [b * width + width_p + j - 1 for j in picked]
     if not rows:
         return None
     s_ids, s_mask = _pad(students, pad_token_id)
     t_ids, t_mask = _pad(teachers, pad_token_id)
     s_flat = torch.tensor([r * s_ids.size(1) + p for r, p in s_pos], dtype=torch.long)
     t_flat = torch.tensor([r * t_ids.size(1) + p for r, p in t_pos], dtype=torch.long)
-    return SdpoBatch(s_ids, s_mask, t_ids, t_mask, s_flat, t_flat, rows, n_sites)
+    c_flat = torch.tensor(c_pos, dtype=torch.long)
+    return SdpoBatch(s_ids, s_mask, t_ids, t_mask, s_flat, t_flat, rows, n_sites, c_flat)
