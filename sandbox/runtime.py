@@ -484,7 +484,9 @@ class Runtime:
         if sh.proc.poll() is not None:
             sh.restart()
         nonce = secrets.token_hex(8)
-        script = "eval %s </dev/null 63>&-\nprintf '%s %%d\\n' \"$?\" >&63\n" % (shell_quote(cmd), nonce)
+        # `jobs` first: bash reports background jobs that died since the last
+        # command (e.g. killed by the background sweep) here, not in this output.
+        script = "jobs >/dev/null 2>&1\neval %s </dev/null 63>&-\nprintf '%s %%d\\n' \"$?\" >&63\n" % (shell_quote(cmd), nonce)
         start = time.monotonic()
         out = OutputBuffer(cap)
         try:

@@ -7,8 +7,6 @@ test no sandbox container created during it may be left.
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import os
 import subprocess
 from pathlib import Path
@@ -19,16 +17,6 @@ from docker_testlib import sandbox_containers, wait_gone
 from sandbox import SandboxConfig, WorkspaceSpec
 
 IMAGE = os.environ.get("SWE_SANDBOX_IMAGE", "swe-openenv-sandbox:latest")
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_pyfunc_call(pyfuncitem: pytest.Function):
-    """Run ``async def`` tests under ``asyncio.run`` (no pytest-asyncio here)."""
-    if inspect.iscoroutinefunction(pyfuncitem.obj):
-        args = {n: pyfuncitem.funcargs[n] for n in pyfuncitem._fixtureinfo.argnames}
-        asyncio.run(pyfuncitem.obj(**args))
-        return True
-    return None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

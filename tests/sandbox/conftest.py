@@ -12,7 +12,7 @@
   process started by the test may be left.
 
 pytest-asyncio is not a dependency: ``async def`` tests here run under
-``asyncio.run`` (see ``pytest_pyfunc_call``).
+``asyncio.run`` (see ``pytest_pyfunc_call`` in conftest.py at the repository root).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
-import inspect
 import os
 import shutil
 from pathlib import Path
@@ -30,16 +29,6 @@ import pytest
 from sbxlib import CACHE_DIR, CommandResult, Harness, SecretRepo, host_procs, make_secret_repo, wait_no_procs
 
 TEST_TIMEOUT_S = 240
-
-
-# ---------------------------------------------------------------- asyncio glue
-@pytest.hookimpl(tryfirst=True)
-def pytest_pyfunc_call(pyfuncitem: pytest.Function):
-    if inspect.iscoroutinefunction(pyfuncitem.obj):
-        args = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
-        asyncio.run(pyfuncitem.obj(**args))
-        return True
-    return None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -3,68 +3,23 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
-from .doubles import free_port
+from .conftest import _start_env_server, _stop_process
 
 pytestmark = pytest.mark.slow
 
 
-def _start_server(tasks: Path, data_dir: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "env_server.cli", "serve", "--tasks", str(tasks), "--port", str(port),
-         "--backend", "bwrap", "--data-dir", str(data_dir), "--max-sessions", "16"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"env-server exited: {proc.stdout.read().decode()[-2000:]}")
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    proc.kill()
-    raise RuntimeError("env-server did not come up")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+@pytest.fixture(scope="module")
+def tasks_file(small_pack_file):
+    return small_pack_file
 
 
 @pytest.fixture(scope="module")
-def tasks_file():
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    try:
-        from taskpack import build_small_pack
-    except ImportError as exc:
-        pytest.skip(f"tests/taskpack.py unavailable: {exc}")
-    try:
-        return build_small_pack(3)
-    except Exception as exc:  # noqa: BLE001 - building real tasks needs the sandbox toolchain
-        pytest.skip(f"no real task pack: {exc}")
-
-
-@pytest.fixture(scope="module")
-def server(tasks_file, tmp_path_factory):
-    proc, url = _start_server(tasks_file, tmp_path_factory.mktemp("env-data"))
-    yield url
-    _stop(proc)
+def server(real_env_url):
+    return real_env_url
 
 
 def _instance_ids(tasks_file: Path) -> list[str]:
@@ -114,8 +69,8 @@ def test_two_replicas_one_killed_mid_run(tasks_file, tmp_path):
     from trainer_client.env_client import ClientConfig
     from trainer_client.environment import make_environment_class
 
-    proc_a, url_a = _start_server(tasks_file, tmp_path / "a")
-    proc_b, url_b = _start_server(tasks_file, tmp_path / "b")
+    proc_a, url_a = _start_env_server(tasks_file, tmp_path / "a")
+    proc_b, url_b = _start_env_server(tasks_file, tmp_path / "b")
     env_cls = make_environment_class([url_a, url_b], ClientConfig(reconnect_attempts=1, reconnect_backoff_s=0.1))
     try:
         iid = _instance_ids(tasks_file)[0]
@@ -126,7 +81,7 @@ def test_two_replicas_one_killed_mid_run(tasks_file, tmp_path):
         for e in envs:
             by_url.setdefault(e._session.connection.url, []).append(e)
         assert len(by_url) == 2
-        _stop(proc_b)
+        _stop_process(proc_b)
         for e in envs:
             e.bash("echo hi")
         victims = [e for e in envs if e.infra_error]
@@ -139,5 +94,5 @@ def test_two_replicas_one_killed_mid_run(tasks_file, tmp_path):
         assert "hi" in fresh.bash("echo hi")
     finally:
         env_cls.runtime.close()
-        _stop(proc_a)
-        _stop(proc_b)
+        _stop_process(proc_a)
+        _stop_process(proc_b)
