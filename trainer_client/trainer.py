@@ -25,6 +25,7 @@ import asyncio
 import inspect
 import logging
 from collections import Counter
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -33,13 +34,9 @@ from trl.chat_template_utils import parse_response
 
 log = logging.getLogger(__name__)
 
-try:  # channels 2/3 (issue 6); plain GRPO until that module exists
-    from trainer_client.losses.mixin import ThreeChannelLossMixin
-except ImportError:  # pragma: no cover - depends on the other engineer's module
-    class ThreeChannelLossMixin:  # type: ignore[no-redef]
-        """Stand-in while trainer_client.losses is absent: channel 1 (GRPO) only."""
+from trainer_client.losses.mixin import ThreeChannelLossMixin
 
-__all__ = ["ConcurrentToolsMixin", "SweGRPOTrainer", "ThreeChannelLossMixin"]
+__all__ = ["CompactCpuScoringMixin", "ConcurrentToolsMixin", "SweGRPOTrainer", "ThreeChannelLossMixin"]
 
 #: error sources that are the policy's fault; env/infra failures never become error sites
 SCORED_ERROR_SOURCES = frozenset({"agent", None})
@@ -241,8 +238,39 @@ class ConcurrentToolsMixin:
         return lambda i: self.tools
 
 
-class SweGRPOTrainer(ThreeChannelLossMixin, ConcurrentToolsMixin, GRPOTrainer):
-    """GRPO (channel 1) + loss channels 2/3 (when trainer_client.losses exists) + concurrent tools.
+@contextmanager
+def compact_fused_lm_head():
+    """Make TRL's fused LM head score only the labelled positions on the CPU too.
+
+    trl 1.16's fused head projects only the completion positions on Triton devices, but on every
+    other device it projects EVERY position (prompt included) to keep tile shapes static for
+    graph compilers. Eager CPU has no such constraint, and an agent prompt (issue text + tool
+    schemas) is ~1,000 tokens against a few dozen completion tokens, so the full projection
+    (positions x 151,665 vocab) dominates a CPU step. The values are identical either way
+    (tests/trainer/test_compact_scoring.py pins log-probs, entropies and gradients).
+    """
+    import trl.trainer.utils as trl_utils
+
+    original = trl_utils._use_triton
+    trl_utils._use_triton = lambda device: device.type == "cpu" or original(device)
+    try:
+        yield
+    finally:
+        trl_utils._use_triton = original
+
+
+class CompactCpuScoringMixin:
+    """Score completion positions only when the policy runs on the CPU (see compact_fused_lm_head)."""
+
+    def _get_per_token_logps_and_entropies(self, model: Any, input_ids: Any, *args: Any, **kwargs: Any):
+        if input_ids.device.type != "cpu":
+            return super()._get_per_token_logps_and_entropies(model, input_ids, *args, **kwargs)  # type: ignore[misc]
+        with compact_fused_lm_head():
+            return super()._get_per_token_logps_and_entropies(model, input_ids, *args, **kwargs)  # type: ignore[misc]
+
+
+class SweGRPOTrainer(ThreeChannelLossMixin, CompactCpuScoringMixin, ConcurrentToolsMixin, GRPOTrainer):
+    """GRPO (channel 1) + loss channels 2/3 + concurrent tools + completion-only scoring on the CPU.
 
     `loss_config` (a trainer_client.losses LossConfig) configures channels 2/3.
     """
