@@ -31,7 +31,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"env-server: {exc}", file=sys.stderr)
         return 2
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
-                ws_max_size=config.max_frame_bytes * 2, ws_ping_interval=20, ws_ping_timeout=60)
+                ws_max_size=config.max_frame_bytes * 2, ws_ping_interval=20, ws_ping_timeout=60, ws_per_message_deflate=False)
     return 0
 
 

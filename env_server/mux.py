@@ -79,8 +79,8 @@ class MuxConnection:
             await self.reader.send(task.result())
 
     async def _run(self, req: MuxRequest, prev: asyncio.Task[Any] | None) -> dict[str, Any]:
-        if prev is not None:
-            await asyncio.gather(prev, return_exceptions=True)
+        if prev is not None and not prev.done():
+            await asyncio.wait((prev,))  # in order within the session; prev's outcome is its own
         try:
             reply = await self._execute(req)
         except ProtocolError as exc:

@@ -45,7 +45,8 @@ class RuntimeChannel:
             req_id = next(self._ids)
             try:
                 await self._write(json.dumps({"id": req_id, "op": op, **fields}).encode() + b"\n")
-                reply = await asyncio.wait_for(self._read_reply(), wait_s)
+                async with asyncio.timeout(wait_s):  # no extra task per request, unlike wait_for
+                    reply = await self._read_reply()
             except (asyncio.TimeoutError, OSError, ConnectionError, SandboxDied) as e:
                 self.dead = f"runtime did not answer {op!r}: {type(e).__name__}: {e}"
                 raise SandboxDied(self.dead) from None

@@ -349,6 +349,40 @@ class Shell:
         self.start()
 
 
+SUBREAPER = [False]  # set by setup(): orphans of the agent's processes are re-parented to us
+
+
+def _children(pid: int) -> list:
+    fd = os.open("/proc/%d/task/%d/children" % (pid, pid), os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 65536).split()  # one read: the kernel renders the list at once
+    finally:
+        os.close(fd)
+
+
+def only_shell_alive(shell_pid: int) -> bool:
+    """True when provably no process but the shell runs below us (then a sweep is moot).
+
+    We are a child subreaper, so every process the agent starts stays in our subtree:
+    below the shell, or re-parented to us when its parent dies. Processes only move up
+    (shell subtree -> us), so the shell's children are read first: if it has none, nothing
+    can move to us afterwards, and our own children must then be the shell alone.
+    Zombies count as children (a sweep then reaps them). Any doubt (no /proc children
+    file, not a subreaper) answers False, and the caller sweeps.
+    """
+    if not SUBREAPER[0]:
+        return False
+    try:
+        return not _children(shell_pid) and _children(os.getpid()) == [b"%d" % shell_pid]
+    except (OSError, ValueError):
+        return False
+
+
+def kill_background(shell_pid: int) -> int:
+    """After a command: kill whatever it left running besides the shell."""
+    return 0 if only_shell_alive(shell_pid) else kill_all_but_me({shell_pid})
+
+
 def kill_all_but_me(keep: set) -> int:
     """SIGKILL every process of this pid namespace except init, us and ``keep``.
 
@@ -462,6 +496,14 @@ class Runtime:
         self.ws_fd = os.open(WORKSPACE, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         layered = cfg.get("_landlock_abi", 0) > 0
         self.shell = Shell(cfg["env"], cfg["write_paths"] if layered else None)
+        # tmpfs sizes a directory by its entries (BOGO_DIRENT_SIZE each, 2 for . and ..), so an
+        # untouched upper layer is seen with one stat. Verified on the empty upper here, at start;
+        # where a kernel reports sizes otherwise, every fingerprint walks.
+        self._empty_upper_size = None
+        if cfg["mode"] == "overlay":
+            st = os.stat(cfg["_scan_root"])
+            if st.st_nlink == 2 and not os.listdir(cfg["_scan_root"]):
+                self._empty_upper_size = st.st_size
         self._last_fp = self.fingerprint()
         self._diff_ready = False
 
@@ -529,7 +571,7 @@ class Runtime:
                     parts = line.decode("ascii", "replace").split()
                     if len(parts) == 2 and parts[0] == nonce:
                         if self.cfg.get("kill_background", True):
-                            kill_all_but_me({sh.proc.pid})
+                            kill_background(sh.proc.pid)
                         self._drain(out)
                         code = int(parts[1])
                         if state is None:
@@ -673,8 +715,12 @@ class Runtime:
         """A cheap digest of the workspace's state outside .git (ctime can't be forged).
 
         In overlay mode only the upper layer can differ from the base, so only it
-        is walked; a copied workspace is walked whole.
+        is walked (or, while it is empty, one stat); a copied workspace is walked whole.
         """
+        if self._empty_upper_size is not None:
+            st = os.stat(self.cfg["_scan_root"])
+            if st.st_nlink == 2 and st.st_size == self._empty_upper_size:
+                return "base"  # nothing was ever written, or all of it was removed again
         import hashlib
 
         h = hashlib.blake2b(digest_size=16)
@@ -786,7 +832,7 @@ def setup(cfg: dict) -> dict:
                     info["noexec_workspace"] = True
     os.makedirs("/tmp/home", exist_ok=True)
     os.makedirs("/tmp/.pycache", exist_ok=True)
-    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    SUBREAPER[0] = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     set_rlimits(cfg["limits"])
     if cfg["mode"] == "overlay":
         drop_capabilities()

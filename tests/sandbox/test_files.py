@@ -132,3 +132,30 @@ async def test_diff_survives_agent_sabotage_of_git(harness, sabotage):
         await sh(sb, f"{sabotage}; echo change >> pkg/core.py")
         diff = await asyncio.wait_for(sb.diff(), 150)
         assert "+change" in diff and "new file mode" not in diff, diff[:2000]
+
+
+async def test_files_changed_tracks_every_kind_of_workspace_change(harness):
+    """`files_changed` after each command: False only when the workspace is as the last command
+    left it (the env server then skips the trace diff). Creation, removal (back to the base, too),
+    in-place edits of the same size, renames, chmod and new directories all count; /tmp does not."""
+    async with harness.session() as sb:
+        async def changed(cmd: str) -> bool | None:
+            res = await sb.run(cmd)
+            assert res.exit_code == 0, (cmd, res.output)
+            return res.files_changed
+
+        assert await changed("true") is False
+        assert await changed("cat README* >/dev/null 2>&1; ls -la >/dev/null") is False  # reads change nothing
+        assert await changed("echo x > new.txt") is True
+        assert await changed("true") is False
+        assert await changed("rm new.txt") is True  # the workspace is the base again ...
+        assert await changed("true") is False  # ... and stays unchanged
+        target = (await sh(sb, "git ls-files | grep '\\.py$' | head -1")).output.strip()
+        assert target, "probe broken: no tracked .py file"
+        assert await changed(f"printf '#' | dd of={target} bs=1 count=1 conv=notrunc 2>/dev/null") is True
+        assert await changed(f"mv {target} {target}.moved && mv {target}.moved {target}") is True
+        assert await changed(f"chmod +x {target}") is True
+        assert await changed("mkdir -p deep/er/dir") is True
+        assert await changed("touch deep/er/dir/f && rm deep/er/dir/f") is True  # the dir's ctime moved
+        assert await changed("echo scratch > /tmp/scratch") is False  # outside the workspace
+        assert await changed("true") is False
