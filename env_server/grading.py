@@ -148,7 +148,11 @@ async def _grade_in_sandbox(task: TaskInstance, agent_diff: str, dropped: list[s
         try:
             report = parse_junit(await sb.read_file(f".swe-grade-{tag}.xml"))
         except (JUnitError, SandboxError) as exc:
-            return GradeResult(reward=0.0, mode=mode, applied=applied, dropped=dropped, error_source="env",
+            # The agent's code ran in this sandbox: a hang, a crash of pytest or of the sandbox itself
+            # may be its doing, so it is charged to the agent (a trainer masks env/infra failures,
+            # which must never be reachable by the policy). With no agent diff, the task is broken.
+            source = "agent" if agent_diff.strip() else "env"
+            return GradeResult(reward=0.0, mode=mode, applied=applied, dropped=dropped, error_source=source,
                                error=f"no test report ({run.status.value}): {exc}",
                                log_tail=run.output[-LOG_TAIL_CHARS:])
         return _score(task, report, mode, run.output, applied, dropped)

@@ -63,6 +63,8 @@ class SweEnvironment:
     auto_submit: ClassVar[bool] = True
     #: tool output kept per call (head and tail), in characters
     max_output_chars: ClassVar[int] = 8000
+    #: reward after an env/infra failure: None masks the rollout out of GRPO (set 0.0 to score it)
+    infra_reward: ClassVar[float | None] = None
 
     def __init__(self) -> None:
         if self.runtime is None:
@@ -114,11 +116,20 @@ class SweEnvironment:
         if session is not None and not session.closed:
             self.runtime.submit(self.runtime.pool.release(session))
 
-    def get_reward(self) -> float:
-        """The env's reward for this rollout (grading on submit); 0.0 after an infra failure."""
+    def get_reward(self) -> float | None:
+        """The env's reward for this rollout (grading on submit).
+
+        After a failure that is not the policy's (the env server or its sandbox failed, or
+        grading could not run: `infra_error` says which) the reward is `infra_reward`: None by
+        default, which TRL (>= 1.16) treats as unscorable: the rollout is left out of its
+        group's baseline and gets advantage 0, instead of being scored as a wrong answer.
+        """
         if not self.done and self.auto_submit and self._session is not None and self.infra_error is None:
             self._call("submit", {}, record=False)
-        reward = float(self.reward) if self.reward is not None else 0.0
+        if self.infra_error is not None:
+            reward = self.infra_reward
+        else:
+            reward = float(self.reward) if self.reward is not None else 0.0
         self._release()  # TRL has no teardown hook: free the server slot now
         return reward
 
@@ -195,6 +206,8 @@ class SweEnvironment:
         if obs.get("done"):
             self.done = True
             self.reward = obs.get("reward")
+            if meta.get("error_source") in ("env", "infra"):  # e.g. grading failed, the sandbox died
+                self.infra_error = f"{meta.get('error_kind')}: {meta.get('error_message', '')}"
         return self._format(obs)
 
     def _format(self, obs: dict) -> str:

@@ -55,13 +55,23 @@ def plot_metrics(jsonl: str | Path, png: str | Path, keys: tuple[str, ...] | Non
     available = sorted({k for r in rows for k in r if k != "step"})
     wanted = keys or tuple(k for k in available if k in HEADLINE or k.startswith(("channels/", "env/errors/")))
     wanted = [k for k in wanted if k in available]
-    fig, axes = plt.subplots(len(wanted), 1, figsize=(7, 2.2 * len(wanted)), squeeze=False, sharex=True)
-    for ax, key in zip(axes[:, 0], wanted):
+    if not wanted:
+        return None
+    ncols = min(3, len(wanted))
+    nrows = math.ceil(len(wanted) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 2.6 * nrows), squeeze=False, sharex=True)
+    flat = list(axes.flat)
+    for ax, key in zip(flat, wanted):
         pts = [(r["step"], r[key]) for r in rows if key in r]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3)
-        ax.set_ylabel(key, fontsize=8)
+        ax.set_title(key, fontsize=9)
+        ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-    axes[-1, 0].set_xlabel("step")
+    for ax in flat[len(wanted):]:
+        ax.set_visible(False)
+    for ax in flat[len(wanted) - ncols:len(wanted)]:  # the lowest plot of each column
+        ax.set_xlabel("step", fontsize=8)
+        ax.xaxis.set_tick_params(labelbottom=True)
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     plt.close(fig)

@@ -42,3 +42,23 @@ def test_a_diff_that_does_not_apply_is_an_agent_error(demo_task):
     broken = "diff --git a/six.py b/six.py\n--- a/six.py\n+++ b/six.py\n@@ -1,1 +1,1 @@\n-no such line\n+x\n"
     res = run(grade_submission(demo_task, broken, SandboxConfig(), cache=GradeCache()))
     assert res.reward == 0.0 and res.error_source == "agent" and not res.applied
+
+
+def test_a_diff_that_kills_the_test_run_is_charged_to_the_agent(demo_task, tmp_path):
+    """No test report after the agent's code ran (here: its six.py hangs on import past the grading
+    timeout) is the agent's failure, never env/infra, which a trainer would mask instead of scoring."""
+    hang = _diff_appending(demo_task, tmp_path, "six.py", "\nimport time\ntime.sleep(3600)\n")
+    res = run(grade_submission(demo_task, hang, SandboxConfig(), cache=GradeCache(), timeout_s=3))
+    assert res.applied and res.reward == 0.0 and "no test report (timeout)" in (res.error or ""), res
+    assert res.error_source == "agent", res
+
+
+def _diff_appending(task, tmp_path, path: str, text: str) -> str:
+    import subprocess
+
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(task.repo_path), str(clone)], check=True)
+    subprocess.run(["git", "-C", str(clone), "checkout", "-q", task.base_commit], check=True)
+    with open(clone / path, "a") as f:
+        f.write(text)
+    return subprocess.run(["git", "-C", str(clone), "diff"], capture_output=True, text=True, check=True).stdout
