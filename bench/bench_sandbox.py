@@ -162,7 +162,7 @@ def main() -> int:
     for backend, r in results.items():
         line = fmt(r["rt"]) if isinstance(r, dict) else f"skipped: {r}"
         print(f"  {backend + ' session':28s} {line}")
-    print(f"\nsession start, ~5 MB repository (open_sandbox until the first `true` answered)")
+    print("\nsession start, ~5 MB repository (open_sandbox until the first `true` answered)")
     for backend, r in results.items():
         if isinstance(r, dict):
             print(f"  {backend + ' warm':28s} {fmt(r['warm'])}")

@@ -32,6 +32,20 @@ _STATUS = {ErrorCode.UNAUTHORIZED: 401, ErrorCode.EPISODE_NOT_FOUND: 404, ErrorC
            ErrorCode.SESSION_NOT_FOUND: 404, ErrorCode.TASK_NOT_FOUND: 404}
 
 
+def uvicorn_config(app: FastAPI, config: ServerConfig, host: str, port: int, log_level: str = "info") -> Any:
+    """The uvicorn settings the server runs under (the CLI and the tests share them).
+
+    uvloop when installed (uvicorn's default pick), keep-alive pings, frames up to twice
+    the protocol's frame limit (oversized frames get a clear error frame, not a dropped
+    socket), and no permessage-deflate (see docs/protocol.md).
+    """
+    import uvicorn
+
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
+                          ws_max_size=config.max_frame_bytes * 2, ws_ping_interval=20, ws_ping_timeout=60,
+                          ws_per_message_deflate=False)
+
+
 def create_app(config: ServerConfig, tasks: list[TaskInstance] | None = None) -> FastAPI:
     """Build the app; ``tasks`` defaults to loading ``config.tasks_path``."""
     service = EnvService(config, tasks if tasks is not None else load_tasks(config.tasks_path))

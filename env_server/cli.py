@@ -14,7 +14,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from sandbox.models import SandboxConfig
 
-    from .app import create_app
+    from .app import create_app, uvicorn_config
     from .config import ServerConfig
     from .episode import EpisodeConfig
     from .task import TaskFileError
@@ -30,8 +30,7 @@ def _serve(args: argparse.Namespace) -> int:
     except TaskFileError as exc:
         print(f"env-server: {exc}", file=sys.stderr)
         return 2
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
-                ws_max_size=config.max_frame_bytes * 2, ws_ping_interval=20, ws_ping_timeout=60, ws_per_message_deflate=False)
+    uvicorn.Server(uvicorn_config(app, config, args.host, args.port, args.log_level)).run()
     return 0
 
 

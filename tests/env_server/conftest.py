@@ -14,7 +14,7 @@ from typing import Any, Iterator
 import pytest
 import uvicorn
 
-from env_server.app import create_app
+from env_server.app import create_app, uvicorn_config
 from env_server.config import ServerConfig
 from env_server.demo_task import demo_tasks_file
 from env_server.episode import EpisodeConfig
@@ -65,8 +65,7 @@ def run_server(config: ServerConfig, tasks: list[TaskInstance]) -> Iterator[Runn
     """The real app under uvicorn in a thread on loopback; stopped (and its sessions closed) on exit."""
     app = create_app(config, tasks)
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           ws_max_size=config.max_frame_bytes * 2, lifespan="on"))
+    server = uvicorn.Server(uvicorn_config(app, config, "127.0.0.1", port, "warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

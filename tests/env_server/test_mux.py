@@ -115,3 +115,18 @@ def test_mux_capacity_and_disconnect_closes_all_sessions(make_server):
         assert not srv.service.sessions
     with make_server(max_sessions=2) as srv:
         run(main(srv))
+
+
+def test_compression_offers_are_declined_on_both_sockets(make_server):
+    """Clients offering permessage-deflate (the websockets default) get plain frames (docs/protocol.md)."""
+    from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory
+
+    async def main(srv):
+        for path in ("/ws", "/mux"):
+            async with websockets.connect(srv.ws_url + path,
+                                          extensions=[ClientPerMessageDeflateFactory()]) as ws:
+                assert ws.request.headers.get("Sec-WebSocket-Extensions"), "probe broken: no offer sent"
+                assert ws.response.headers.get("Sec-WebSocket-Extensions") is None, path
+                assert ws.protocol.extensions == [], path
+    with make_server() as srv:
+        run(main(srv))

@@ -7,7 +7,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import torch.nn.functional as F
 from trl.experimental.cpo import CPOTrainer
 
 from trainer_client.losses import dpo_sigmoid_loss, response_logps, simpo_loss

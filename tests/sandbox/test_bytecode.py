@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from sbxlib import PLANTED, PY_MARK, SH_MARK, assert_no_secret, py, sh
 
 

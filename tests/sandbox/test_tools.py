@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import os
 
-import pytest
 from sbxlib import py, sh
 
 from sandbox.models import DEFAULT_BLOCKED_TOOLS

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import time
 
 import pytest
 
-from trainer_client.trainer import ConcurrentToolsMixin, trl_tool_loop_source
+from trainer_client.trainer import trl_tool_loop_source
 
 from .helpers import SleepEnvDouble, build_trainer, scripted_first_turn
 
