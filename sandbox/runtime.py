@@ -462,6 +462,94 @@ def shell_quote(s: str) -> str:
     return "'" + s.replace("'", "'\"'\"'") + "'"
 
 
+# inotify ------------------------------------------------------------------------------
+IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE, IN_MOVED_FROM, IN_MOVED_TO = 0x2, 0x4, 0x8, 0x40, 0x80
+IN_CREATE, IN_DELETE, IN_DELETE_SELF, IN_MOVE_SELF = 0x100, 0x200, 0x400, 0x800
+IN_Q_OVERFLOW, IN_IGNORED, IN_ISDIR = 0x4000, 0x8000, 0x40000000
+IN_ONLYDIR, IN_DONT_FOLLOW = 0x01000000, 0x02000000
+IN_WATCHED = (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE
+              | IN_DELETE_SELF | IN_MOVE_SELF)
+_EVENT = struct.Struct("iIII")
+
+
+class ChangeWatcher:
+    """inotify over a copied workspace (outside its top-level .git): did anything change?
+
+    A copied workspace has no overlay upper layer whose few entries tell what changed, and
+    walking a whole repository after every command costs milliseconds; a watch per
+    directory costs one read. Writes through shared memory maps raise no inotify events,
+    so this only feeds the `files_changed` hint (a trace diff skipped): the diff op keeps
+    its own walk. Any failure (watch limit reached, queue overflow) raises OSError or
+    answers True; the caller then walks.
+    """
+
+    def __init__(self, root: str) -> None:
+        fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1")
+        self.fd, self.root, self.root_wd = fd, root, -1
+        try:
+            self.sync()
+        except OSError:
+            os.close(fd)
+            raise
+
+    def _add(self, path: str) -> int:
+        wd = libc.inotify_add_watch(self.fd, path.encode("utf-8", "surrogateescape"),
+                                    IN_WATCHED | IN_ONLYDIR | IN_DONT_FOLLOW)
+        if wd < 0:
+            err = ctypes.get_errno()
+            if err in (errno.ENOENT, errno.ENOTDIR):  # gone or replaced meanwhile: no watch needed
+                return -1
+            raise OSError(err, "inotify_add_watch %s: %s" % (path, os.strerror(err)))
+        return wd
+
+    def sync(self) -> None:
+        """Watch every directory of the tree (re-adding a watched one is a no-op)."""
+        self.root_wd = self._add(self.root)
+        stack = [self.root]
+        while stack:
+            top = stack.pop()
+            try:
+                with os.scandir(top) as it:
+                    dirs = [e.path for e in it if e.is_dir(follow_symlinks=False)
+                            and not (top == self.root and e.name == ".git")]
+            except OSError:
+                continue
+            for d in dirs:
+                if self._add(d) >= 0:
+                    stack.append(d)
+
+    def changed(self) -> bool:
+        """Whether anything changed since the last call; new directories get watched."""
+        changed = resync = False
+        while True:
+            try:
+                data = os.read(self.fd, 65536)
+            except BlockingIOError:
+                break
+            pos = 0
+            while pos + _EVENT.size <= len(data):
+                wd, mask, _cookie, size = _EVENT.unpack_from(data, pos)
+                name = data[pos + _EVENT.size: pos + _EVENT.size + size].rstrip(b"\0")
+                pos += _EVENT.size + size
+                if mask & IN_Q_OVERFLOW:
+                    changed = resync = True
+                elif mask & IN_IGNORED or (wd == self.root_wd and name == b".git"):
+                    continue
+                else:
+                    changed = True
+                    if mask & IN_ISDIR and mask & (IN_CREATE | IN_MOVED_TO):
+                        resync = True
+        if resync:
+            self.sync()
+        return changed
+
+
+libc.inotify_init1.argtypes = [ctypes.c_int]
+libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+
+
 RESOLVE_NO_MAGICLINKS, RESOLVE_BENEATH = 0x02, 0x08
 
 
@@ -504,12 +592,27 @@ class Runtime:
             st = os.stat(cfg["_scan_root"])
             if st.st_nlink == 2 and not os.listdir(cfg["_scan_root"]):
                 self._empty_upper_size = st.st_size
+        self.watcher: ChangeWatcher | None = None
+        if cfg["mode"] != "overlay":
+            try:
+                self.watcher = ChangeWatcher(WORKSPACE)
+            except OSError:
+                pass  # no inotify (or too many directories for the watch limit): walk
         self._last_fp = self.fingerprint()
         self._diff_ready = False
 
     # -- run ---------------------------------------------------------------------
     def op_run(self, req: dict) -> dict:
         result = self._run(req)
+        if self.watcher is not None:
+            try:
+                result["files_changed"] = self.watcher.changed()
+                return result
+            except OSError:
+                self.watcher = None  # from now on: walk
+                result["files_changed"] = True
+                self._last_fp = self.fingerprint()
+                return result
         fp = self.fingerprint()
         result["files_changed"] = fp != self._last_fp
         self._last_fp = fp
@@ -724,6 +827,7 @@ class Runtime:
         import hashlib
 
         h = hashlib.blake2b(digest_size=16)
+        seen = 0
         stack = [(os.open(self.cfg["_scan_root"], os.O_RDONLY | os.O_DIRECTORY), "")]
         while stack:
             fd, rel = stack.pop()
@@ -738,6 +842,7 @@ class Runtime:
                     except OSError:
                         continue
                     path = rel + "/" + e.name
+                    seen += 1
                     h.update(("%s\0%d\0%d\0%d\0%d\n" % (path, st.st_mode, st.st_size, st.st_ctime_ns,
                                                        st.st_ino)).encode("utf-8", "surrogateescape"))
                     if e.is_dir(follow_symlinks=False):
@@ -749,6 +854,8 @@ class Runtime:
                 pass
             finally:
                 os.close(fd)
+        if not seen and self.cfg["mode"] == "overlay":
+            return "base"  # an upper layer holding only .git: the tree is the base
         return h.hexdigest()
 
     def op_diff(self, req: dict) -> dict:

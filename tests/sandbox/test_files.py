@@ -159,3 +159,19 @@ async def test_files_changed_tracks_every_kind_of_workspace_change(harness):
         assert await changed("touch deep/er/dir/f && rm deep/er/dir/f") is True  # the dir's ctime moved
         assert await changed("echo scratch > /tmp/scratch") is False  # outside the workspace
         assert await changed("true") is False
+        assert await changed("mkdir -p /tmp/d/e && echo a > /tmp/d/e/f && mv /tmp/d moved") is True
+        assert await changed("echo b >> moved/e/f") is True  # inside a directory moved in
+        assert await changed("mv moved moved2") is True
+        assert await changed("echo c >> moved2/e/f") is True  # ... and renamed since
+        assert await changed("rm -r moved2 deep") is True
+        assert await changed("true") is False
+
+
+async def test_files_changed_ignores_the_agents_git_metadata(harness):
+    """git's own bookkeeping (.git at the top) is not a workspace change, from a fresh workspace too."""
+    async with harness.session() as sb:
+        res = await sb.run("git add -A && git status --short >/dev/null && echo ok")
+        assert res.output.strip() == "ok", res.output
+        assert res.files_changed is False
+        assert (await sb.run("echo x > y.txt && git add y.txt")).files_changed is True
+        assert (await sb.run("git reset -q y.txt")).files_changed is False
