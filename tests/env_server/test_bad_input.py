@@ -7,7 +7,7 @@ import json
 import httpx
 import websockets
 
-from conftest import requires_sandbox, run
+from envlib import requires_sandbox, run
 from test_ws import call, tool
 
 pytestmark = requires_sandbox

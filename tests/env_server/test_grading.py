@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sandbox import SandboxConfig
 
-from conftest import requires_sandbox, run
+from envlib import requires_sandbox, run
 from env_server.grading import GradeCache, grade_submission
 
 pytestmark = requires_sandbox

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import websockets
 
-from conftest import free_port, requires_sandbox, run
+from envlib import free_port, requires_sandbox, run
 from test_ws import call, tool
 
 pytestmark = requires_sandbox

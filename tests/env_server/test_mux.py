@@ -8,7 +8,7 @@ import time
 
 import websockets
 
-from conftest import requires_sandbox, run
+from envlib import requires_sandbox, run
 
 pytestmark = requires_sandbox
 

@@ -9,7 +9,7 @@ import time
 import pytest
 import websockets
 
-from conftest import requires_sandbox, run
+from envlib import requires_sandbox, run
 
 pytestmark = requires_sandbox
 
