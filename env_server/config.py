@@ -21,5 +21,8 @@ class ServerConfig(BaseModel):
     auth_token: str | None = Field(None, description="require 'Authorization: Bearer <token>' when set")
     max_frame_bytes: int = Field(16 * 1024 * 1024, gt=0, description="larger frames get FRAME_TOO_LARGE")
     mux_reply_cache: int = Field(16, gt=0, description="replies kept per mux session for retried request ids")
+    mux_closed_replies: int = Field(1024, ge=0, description=(
+        "closed mux sessions per connection whose close reply is kept for a retried close; older closed "
+        "sessions keep only their id (later requests get SESSION_CLOSED)"))
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     episode: EpisodeConfig = Field(default_factory=EpisodeConfig)

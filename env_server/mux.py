@@ -5,13 +5,16 @@ own task chained after the previous request of the same session, so sessions
 never wait for each other while each session's requests run in order. Replies
 are cached per session by ``request_id``: a retry is answered, not re-executed.
 Closing the connection closes its sessions (and cancels their running steps).
+A closed session's state is dropped at once (a trainer opens a new session id per
+episode on one long-lived connection): only its id and, for the last
+``mux_closed_replies`` closed sessions, the close reply are kept.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Any
 
 from pydantic import ValidationError
@@ -33,6 +36,8 @@ class MuxConnection:
         self.closed_ids: set[str] = set()
         self.tails: dict[str, asyncio.Task[Any]] = {}  # last request task per session
         self.replies: dict[str, OrderedDict[str, asyncio.Task[dict[str, Any]]]] = {}
+        self.closed_order: deque[str] = deque()  # closed sessions still holding their close reply
+        self.inflight: set[asyncio.Task[Any]] = set()  # strong references until each request is done
 
     def reply(self, req: MuxRequest | None, kind: str, data: dict[str, Any],
               raw: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -62,13 +67,20 @@ class MuxConnection:
         if req.type == "ping":
             await self.reader.send(self.reply(req, "pong", {}))
             return
-        cache = self.replies.setdefault(req.session_id, OrderedDict())
-        if req.request_id in cache:  # a retry: answer from the cache, never re-execute
+        closed = req.session_id in self.closed_ids
+        cache = self.replies.get(req.session_id) if closed else self.replies.setdefault(req.session_id, OrderedDict())
+        if cache is not None and req.request_id in cache:  # a retry: answer from the cache, never re-execute
             original = cache[req.request_id]
             original.add_done_callback(lambda t: asyncio.ensure_future(self._resend(t)))
             return
+        if closed:  # answered at once, nothing kept
+            await self.reader.send(self.error(req, ProtocolError(
+                ErrorCode.SESSION_CLOSED, f"session {req.session_id!r} was closed")))
+            return
         prev = self.tails.get(req.session_id)
         task = asyncio.create_task(self._run(req, prev))
+        self.inflight.add(task)
+        task.add_done_callback(self.inflight.discard)
         self.tails[req.session_id] = task
         cache[req.request_id] = task
         while len(cache) > self.service.config.mux_reply_cache:
@@ -122,17 +134,32 @@ class MuxConnection:
         if req.type == "state":
             return self.reply(req, "state", await svc.state(session, req.data))
         await svc.close(session)  # "close"
-        await self._close(req.session_id)
+        await self._close(req.session_id, keep_reply=req.request_id)
         return self.reply(req, "closed", {})
 
-    async def _close(self, session_id: str) -> None:
+    async def _close(self, session_id: str, keep_reply: str | None = None) -> None:
+        """Close a session and drop its per-connection state (replies, request chain).
+
+        ``keep_reply``: the close request's id, whose reply stays cached for a retry (for the
+        last ``mux_closed_replies`` closed sessions of this connection).
+        """
         session = self.sessions.pop(session_id, None)
         self.closed_ids.add(session_id)
+        self.tails.pop(session_id, None)
+        cache = self.replies.pop(session_id, None)
+        horizon = self.service.config.mux_closed_replies
+        if keep_reply is not None and cache is not None and keep_reply in cache and horizon > 0:
+            self.replies[session_id] = OrderedDict([(keep_reply, cache[keep_reply])])
+            self.closed_order.append(session_id)
+            while len(self.closed_order) > horizon:
+                old = self.closed_order.popleft()
+                if old in self.closed_ids:  # not re-opened meanwhile (ids are never re-opened today)
+                    self.replies.pop(old, None)
         if session is not None:
             await self.service.close_session(session)
 
     async def shutdown(self) -> None:
-        tasks = [t for c in self.replies.values() for t in c.values() if not t.done()]
+        tasks = [t for t in self.inflight if not t.done()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

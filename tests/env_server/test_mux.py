@@ -130,3 +130,43 @@ def test_compression_offers_are_declined_on_both_sockets(make_server):
                 assert ws.protocol.extensions == [], path
     with make_server() as srv:
         run(main(srv))
+
+
+def test_closed_sessions_leave_only_a_bounded_trace_on_the_connection(make_server, monkeypatch):
+    """A trainer opens a new session id per episode on one long-lived connection: closing a session
+    drops its cached replies; a retried close is still answered from cache for the last
+    `mux_closed_replies` sessions, older ones get SESSION_CLOSED (their state is gone)."""
+    from env_server import mux as mux_module
+
+    conns = []
+    real_init = mux_module.MuxConnection.__init__
+
+    def spy(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        conns.append(self)
+
+    async def main(srv):
+        async with websockets.connect(srv.ws_url + "/mux") as ws:
+            mux = Mux(ws)
+            for i in range(5):
+                assert (await mux.call(f"r{i}", f"s{i}", "reset"))["type"] == "observation"
+                for k in range(3):
+                    await mux.call(f"x{i}-{k}", f"s{i}", "step", tool("bash", command="echo hi"))
+                closed = await mux.call(f"c{i}", f"s{i}", "close")
+                assert closed["type"] == "closed"
+            (conn,) = conns
+            assert not conn.sessions and not conn.tails
+            assert sorted(conn.replies) == ["s3", "s4"]  # the horizon: 2 close replies, nothing else
+            assert all(list(c) == [f"c{s[1]}"] for s, c in conn.replies.items())
+            again = await mux.call("c4", "s4", "close")  # a retried close: the same reply, not re-run
+            assert again == {**closed, "request_id": "c4"} and again["type"] == "closed"
+            old = await mux.call("c0", "s0", "close")
+            assert old["type"] == "error" and old["data"]["code"] == "SESSION_CLOSED"
+            for i in range(3):  # requests on closed ids are answered and leave nothing behind
+                r = await mux.call(f"late{i}", "s1", "step", tool("bash", command="ls"))
+                assert r["data"]["code"] == "SESSION_CLOSED"
+            assert sorted(conn.replies) == ["s3", "s4"] and not conn.inflight
+
+    monkeypatch.setattr(mux_module.MuxConnection, "__init__", spy)
+    with make_server(mux_closed_replies=2) as srv:
+        run(main(srv))
