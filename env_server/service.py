@@ -26,9 +26,11 @@ from .grading import GradeCache
 from .metrics import Metrics
 from .protocol import Action, EpisodeState, ErrorCode, ResetParams, StateParams, SWEObservation
 from .task import TaskInstance
+from .tools import TOOL_SPECS
 from .traces import TraceError, TraceStore, state_at
 
 log = logging.getLogger(__name__)
+_METRIC_TOOLS = frozenset({t.name for t in TOOL_SPECS} | {"list_tools"})
 _ACTION = TypeAdapter(Action)
 
 
@@ -202,7 +204,8 @@ class EnvService:
 
     def _observe(self, action: Any, obs: SWEObservation, latency: float) -> None:
         m = self.metrics
-        m.steps.labels(getattr(action, "tool_name", "list_tools")).inc()
+        tool = getattr(action, "tool_name", "list_tools")
+        m.steps.labels(tool if tool in _METRIC_TOOLS else "unknown").inc()  # agent-chosen: keep labels bounded
         m.step_latency.observe(latency)
         if "error_kind" in obs.metadata:
             m.tool_errors.labels(obs.metadata["error_kind"], obs.metadata["error_source"]).inc()

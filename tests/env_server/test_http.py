@@ -123,3 +123,21 @@ def test_cli_rejects_a_bad_task_file(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "env_server.cli", "serve", "--tasks", str(bad)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "instance 'x': field 'repo_path'" in proc.stderr
+
+
+def test_metrics_labels_stay_bounded_under_made_up_tool_names(make_server):
+    """Tool names come from the model: 50 made-up ones add one `unknown` series, not 50."""
+    async def main(srv):
+        async with websockets.connect(srv.ws_url + "/ws") as ws:
+            await call(ws, "reset")
+            for i in range(50):
+                r = await call(ws, "step", tool(f"hallucinated_{i}"))
+                assert r["data"]["metadata"]["error_kind"] == "unknown_tool"
+            await call(ws, "step", tool("bash", command="true"))
+    with make_server() as srv:
+        run(main(srv))
+        metrics = httpx.get(srv.url + "/metrics").text
+        steps = [l for l in metrics.splitlines() if l.startswith("envserver_steps_total{")]
+        assert 'envserver_steps_total{tool="unknown"} 50.0' in steps, steps
+        assert 'envserver_steps_total{tool="bash"} 1.0' in steps, steps
+        assert not any("hallucinated" in l for l in metrics.splitlines())
