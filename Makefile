@@ -36,5 +36,9 @@ demo: setup
 test: setup docker-setup
 	@bash .ci/test.sh
 
+# The quick benchmarks (a few minutes); bench/bench_losses.py runs on its own (longer).
 bench: setup
 	$(BIN)/python bench/bench_sandbox.py
+	$(BIN)/python bench/bench_env_server.py
+	$(BIN)/python bench/bench_rollout.py
+	$(BIN)/python bench/bench_cpu_scoring.py
