@@ -17,6 +17,10 @@ completion_ids at the first token of the assistant turn generated after the fail
 output. The list per rollout is put into the inputs dict as `error_sites` (shuffled and
 split with the other per-rollout fields). Sites whose tool result was rolled back, or
 whose following turn has no tokens, are not reported (the model never acted on them).
+
+Scoring on the CPU: only completion positions go through the LM head (see
+`compact_fused_lm_head`; stock trl 1.16 projects the whole prompt too, ~20x the work
+for an agent prompt).
 """
 
 from __future__ import annotations
@@ -25,16 +29,16 @@ import asyncio
 import inspect
 import logging
 from collections import Counter
-from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 from trl import GRPOTrainer
 from trl.chat_template_utils import parse_response
 
-log = logging.getLogger(__name__)
-
 from trainer_client.losses.mixin import ThreeChannelLossMixin
+
+log = logging.getLogger(__name__)
 
 __all__ = ["CompactCpuScoringMixin", "ConcurrentToolsMixin", "SweGRPOTrainer", "ThreeChannelLossMixin"]
 
