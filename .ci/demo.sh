@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
 # The main job on embedded defaults: build a few real SWE tasks from PyPI sdists,
-# start a local env server (bwrap sandbox) on loopback, and run a short GRPO
-# training run on the CPU against it (tiny Qwen2 + the real Qwen2 tokenizer).
+# start a local env server (bwrap sandbox) on loopback, warm-start the tiny Qwen2
+# smoke model on demonstrations recorded through that server (gold-patch edits and
+# lazy submits, so GRPO groups mix rewarded and unrewarded rollouts; cached), and
+# run a short GRPO training run on the CPU against it (real Qwen2 tokenizer).
+# DEMO_WARMSTART=0 trains the random smoke model as it is (it makes no tool calls).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TRL_EXPERIMENTAL_SILENCE=1 TOKENIZERS_PARALLELISM=false
 BIN=.venv/bin
 TASKS_DIR=${DEMO_TASKS_DIR:-.cache/demo-tasks}
 OUT=${DEMO_OUTPUT_DIR:-runs/demo}
-STEPS=${DEMO_STEPS:-3}
+STEPS=${DEMO_STEPS:-8}
+WARMSTART=${DEMO_WARMSTART:-1}
 
-echo "== 1/3 tasks: real bug-fix tasks from PyPI source distributions (cached after the first run)"
+echo "== 1/4 tasks: real bug-fix tasks from PyPI source distributions (cached after the first run)"
 $BIN/env-server tasks build --out "$TASKS_DIR" --packages inflection,idna --max-tasks 4 --min-tasks 2 --quiet
 PORT=$($BIN/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 URL="http://127.0.0.1:$PORT"
 
-echo "== 2/3 env server on $URL (bwrap sandbox)"
+echo "== 2/4 env server on $URL (bwrap sandbox)"
 mkdir -p "$OUT"
 $BIN/env-server serve --host 127.0.0.1 --port "$PORT" --tasks "$TASKS_DIR/tasks.jsonl" --backend bwrap \
   --data-dir "$OUT/env-data" --log-level warning > "$OUT/env-server.log" 2>&1 &
@@ -28,7 +32,26 @@ for _ in $(seq 1 100); do
 done
 curl -fsS "$URL/health" >/dev/null || { echo "env server did not become healthy" >&2; exit 1; }
 
-echo "== 3/3 trainer-client train: $STEPS GRPO steps on the CPU"
+MODEL=()
+if [ "$WARMSTART" = 1 ]; then
+  # cached per task set and recipe (a fresh SFT takes a minute or two on 2 cores)
+  KEY=$(cat "$TASKS_DIR/tasks.jsonl" trainer_client/warmstart.py | sha256sum | cut -c1-12)
+  WARM=.cache/demo-warmstart/$KEY
+  if [ -f "$WARM/warmstart.json" ]; then
+    echo "== 3/4 warm start: cached in $WARM"
+  else
+    echo "== 3/4 warm start: SFT on demonstrations recorded through the env server"
+    rm -rf "$WARM.tmp"
+    $BIN/trainer-client warmstart --config trainer_client/configs/cpu_smoke.yaml --env-url "$URL" \
+      --tasks "$TASKS_DIR/tasks.jsonl" --out "$WARM.tmp"
+    mv "$WARM.tmp" "$WARM"
+  fi
+  MODEL=(--set "model.name_or_path=$WARM" --set grpo.max_completion_length=384)
+else
+  echo "== 3/4 warm start: skipped (DEMO_WARMSTART=0)"
+fi
+
+echo "== 4/4 trainer-client train: $STEPS GRPO steps on the CPU"
 $BIN/trainer-client train --config trainer_client/configs/cpu_smoke.yaml --env-url "$URL" \
-  --tasks "$TASKS_DIR/tasks.jsonl" --output-dir "$OUT/train" --max-steps "$STEPS"
+  --tasks "$TASKS_DIR/tasks.jsonl" --output-dir "$OUT/train" --max-steps "$STEPS" "${MODEL[@]}"
 echo "== done: metrics in $OUT/train/metrics.jsonl, plot in $OUT/train/metrics.png, traces in $OUT/env-data"

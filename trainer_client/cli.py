@@ -1,4 +1,4 @@
-"""`trainer-client`: GRPO training against env server replicas (and `replay`, when present).
+"""`trainer-client`: GRPO training against env server replicas, warm start, and `replay`.
 
     trainer-client train --config trainer_client/configs/cpu_smoke.yaml \\
         --env-url http://127.0.0.1:8000 --set grpo.max_steps=3
@@ -43,10 +43,44 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run_train)
 
 
+def _add_warmstart(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "warmstart",
+        help="SFT the config's model on demonstrations recorded through the env server",
+        description="Record, per task, a demonstration built from the gold patch (str_replace per hunk, then "
+        "submit; kept when the hidden tests reward it) and a lazy one (submit at once), through the env "
+        "server, and fine-tune the config's model on them: GRPO then starts from a policy that calls tools "
+        "and whose groups mix rewarded and unrewarded rollouts. See trainer_client/warmstart.py.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n"
+        "  trainer-client warmstart --config trainer_client/configs/cpu_smoke.yaml --env-url http://127.0.0.1:8000 "
+        "--tasks tasks.jsonl --out runs/warm\n"
+        "  trainer-client train ... --set model.name_or_path=runs/warm",
+    )
+    p.add_argument("--config", required=True, metavar="FILE", help="run config (YAML): model, tokenizer, env, data")
+    p.add_argument("--env-url", action="append", default=[], metavar="URL", help="env server replica (repeatable)")
+    p.add_argument("--tasks", metavar="FILE", help="task file with the gold patches (data.tasks)")
+    p.add_argument("--out", required=True, metavar="DIR", help="where the fine-tuned model is saved")
+    p.add_argument("--steps", type=int, default=150, metavar="N", help="SFT steps (full batch; default 150)")
+    p.add_argument("--lr", type=float, default=1e-2, metavar="X", help="AdamW learning rate (default 1e-2)")
+    p.add_argument("--no-lazy", action="store_true", help="gold demonstrations only (no lazy submit)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="override any config key (repeatable)")
+    p.set_defaults(func=_run_warmstart, output_dir=None, max_steps=None)
+
+
+def _run_warmstart(args: argparse.Namespace) -> int:
+    from trainer_client.warmstart import warmstart
+
+    warmstart(config_from_args(args), args.out, steps=args.steps, lr=args.lr, lazy=not args.no_lazy)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trainer-client", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_train(sub)
+    _add_warmstart(sub)
     try:  # issue 7's replay subcommand, when that module exists
         replay_cli = importlib.import_module("trainer_client.replay.cli")
     except ImportError:

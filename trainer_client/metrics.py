@@ -53,7 +53,8 @@ def plot_metrics(jsonl: str | Path, png: str | Path, keys: tuple[str, ...] | Non
     if not rows:
         return None
     available = sorted({k for r in rows for k in r if k != "step"})
-    wanted = keys or tuple(k for k in available if k in HEADLINE or k.startswith(("channels/", "env/errors/")))
+    wanted = keys or (tuple(k for k in HEADLINE if k in available)  # the headline first, in its order
+                      + tuple(k for k in available if k.startswith(("channels/", "env/errors/"))))
     wanted = [k for k in wanted if k in available]
     if not wanted:
         return None

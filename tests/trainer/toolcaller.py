@@ -28,9 +28,10 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from trainer_client.warmstart import Demo, Turn, record_demo, sft, target_logprobs
 
 PROBE_INSTANCE = "inflection__0.5.1-9e27ec92"
 FIX_INSTANCE = "toolz__1.0.0-14640d55"
@@ -50,21 +51,6 @@ def row(kind: str) -> dict:
     if kind == "probe":
         return {"prompt": [{"role": "user", "content": PROBE_PROMPT}], "instance_id": PROBE_INSTANCE}
     return {"prompt": [{"role": "user", "content": FIX_PROMPT}], "instance_id": FIX_INSTANCE}
-
-
-@dataclass
-class Turn:
-    """One assistant turn: a tool call (name + arguments) or a final text answer."""
-
-    tool: str | None = None
-    arguments: dict = field(default_factory=dict)
-    text: str = ""
-
-    def message_text(self) -> str:
-        if self.tool is None:
-            return self.text
-        call = json.dumps({"name": self.tool, "arguments": self.arguments})
-        return f"<tool_call>\n{call}\n</tool_call>"
 
 
 SCRIPTS: dict[str, tuple[str, list[Turn]]] = {
@@ -87,32 +73,7 @@ def turn_ids(tok, turn: Turn) -> list[int]:
     return ids + [tok.convert_tokens_to_ids("<|im_end|>")]
 
 
-@dataclass
-class Episode:
-    """A scripted episode as token segments: prompt, then (generated turn, tool suffix) pairs."""
-
-    name: str
-    prompt_ids: list[int]
-    generated: list[list[int]]  # one per assistant turn
-    suffixes: list[list[int]]  # templated tool output after each tool turn (len = turns - 1)
-    outputs: list[str]  # the env's tool outputs
-    reward: float | None
-
-    def completion_ids(self) -> list[int]:
-        ids: list[int] = []
-        for k, gen in enumerate(self.generated):
-            ids += gen
-            if k < len(self.suffixes):
-                ids += self.suffixes[k]
-        return ids
-
-    def completion_tool_mask(self) -> list[int]:
-        mask: list[int] = []
-        for k, gen in enumerate(self.generated):
-            mask += [1] * len(gen)
-            if k < len(self.suffixes):
-                mask += [0] * len(self.suffixes[k])
-        return mask
+Episode = Demo  # a scripted episode recorded through the env server (trainer_client.warmstart)
 
 
 def record_episodes(trainer, env_cls) -> dict[str, Episode]:
@@ -120,29 +81,8 @@ def record_episodes(trainer, env_cls) -> dict[str, Episode]:
 
     `trainer` is a GRPOTrainer built with `environment_factory=env_cls` (its tool schemas and
     its tool-suffix templating are used, exactly as in its rollouts)."""
-    tok = trainer.processing_class
-    tools = trainer._env_tools[None]
-    episodes: dict[str, Episode] = {}
-    for name, (row_kind, turns) in SCRIPTS.items():
-        r = row(row_kind)
-        env = env_cls()
-        issue = env.reset(**r)
-        prompt = [{**r["prompt"][0], "content": r["prompt"][0]["content"] + issue}]
-        prompt_ids = list(tok.apply_chat_template(
-            conversation=[prompt], tools=tools, add_generation_prompt=True, tokenize=True, return_dict=True,
-        )["input_ids"][0])
-        generated, suffixes, outputs = [], [], []
-        for turn in turns:
-            generated.append(turn_ids(tok, turn))
-            if turn.tool is None:
-                break
-            out = getattr(env, turn.tool)(**turn.arguments)
-            outputs.append(str(out))
-            suffixes.append(list(trainer._get_tool_suffix_ids([{"role": "tool", "name": turn.tool, "content": str(out)}])))
-        reward = env.reward
-        env.get_reward()  # release the session
-        episodes[name] = Episode(name, prompt_ids, generated, suffixes, outputs, reward)
-    return episodes
+    return {name: record_demo(trainer, env_cls(), row(kind), turns, name, turn_ids=turn_ids)
+            for name, (kind, turns) in SCRIPTS.items()}
 
 
 def _digest(episodes: dict[str, Episode], base_dir: Path) -> str:
@@ -167,39 +107,13 @@ def _sequences(episodes: dict[str, Episode]):
     return seqs
 
 
-def sft_token_logprobs(model, ids: list[int], mask: list[int]):
-    """Log-probs of the masked target tokens of one sequence (a tensor with one entry per target)."""
-    import torch
-
-    x = torch.tensor([ids])
-    hidden = model.model(input_ids=x).last_hidden_state[0, :-1]
-    targets = torch.tensor(ids[1:])
-    keep = torch.tensor(mask[1:], dtype=torch.bool)
-    logits = model.lm_head(hidden[keep]).float()
-    return torch.log_softmax(logits, -1).gather(-1, targets[keep][:, None])[:, 0]
+sft_token_logprobs = target_logprobs
 
 
 def train_toolcaller(episodes: dict[str, Episode], base_dir: Path, out_dir: Path) -> Path:
-    """SFT the tiny model on the episodes' generated turns (all sequences each step, equal weight)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    torch.manual_seed(SFT_SEED)
-    model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=SFT_LR, weight_decay=0.0)
-    seqs = _sequences(episodes)
-    n_targets = sum(sum(mask[1:]) for _, mask in seqs)
-    for step in range(SFT_STEPS):
-        opt.zero_grad()
-        # a plain token sum: the FIX and NOFIX branch tokens weigh the same, so the taught split is 50/50
-        loss = sum(-sft_token_logprobs(model, ids, mask).sum() for ids, mask in seqs) / n_targets
-        loss.backward()
-        opt.step()
-    model.eval()
-    model.save_pretrained(str(out_dir))
-    AutoTokenizer.from_pretrained(str(base_dir)).save_pretrained(str(out_dir))
-    return out_dir
+    """SFT the tiny model on the episodes' generated turns (all sequences each step, one loss per
+    token: the FIX and NOFIX branch tokens weigh the same, so the taught split is 50/50)."""
+    return sft(list(episodes.values()), base_dir, out_dir, steps=SFT_STEPS, lr=SFT_LR, seed=SFT_SEED)
 
 
 def toolcaller_dir(episodes: dict[str, Episode], cache_root: Path | None = None) -> Path:
