@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -131,7 +132,7 @@ def _count_in_sandbox(env: Any) -> Callable[[str, str], int]:
 
     def count(path: str, text: str) -> int:
         b64 = base64.b64encode(text.encode("utf-8", "surrogateescape")).decode()
-        out = env.bash(f"python -c {json.dumps(script)} {json.dumps(path)} {b64}")
+        out = env.bash(f"python3 -c {shlex.quote(script)} {shlex.quote(path)} {b64}")
         numbers = re.findall(r"^\d+$", out, re.M)
         if not numbers:
             raise RuntimeError(f"could not count occurrences in {path}: {out[:300]}")
