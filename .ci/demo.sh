@@ -45,6 +45,7 @@ if [ "$WARMSTART" = 1 ]; then
     $BIN/trainer-client warmstart --config trainer_client/configs/cpu_smoke.yaml --env-url "$URL" \
       --tasks "$TASKS_DIR/tasks.jsonl" --out "$WARM.tmp"
     mv "$WARM.tmp" "$WARM"
+    echo "warm-started model: $WARM"
   fi
   MODEL=(--set "model.name_or_path=$WARM" --set grpo.max_completion_length=384)
 else
