@@ -71,14 +71,19 @@ class RunConfig(_Section):
     loss: dict[str, Any] | None = None
     output: OutputSection = Field(default_factory=OutputSection)
 
+    def task_rows(self) -> list[dict[str, Any]]:
+        """The records of the task file (data.tasks: JSON list or JSONL)."""
+        if not self.data.tasks:
+            raise ValueError("data.tasks is required")
+        text = Path(self.data.tasks).read_text()
+        return json.loads(text) if text.lstrip().startswith("[") else [json.loads(l) for l in text.splitlines() if l.strip()]
+
     def instance_ids(self) -> list[str]:
         if self.data.instance_ids:
             return list(self.data.instance_ids)
         if not self.data.tasks:
             raise ValueError("data.tasks or data.instance_ids is required")
-        text = Path(self.data.tasks).read_text()
-        rows = json.loads(text) if text.lstrip().startswith("[") else [json.loads(l) for l in text.splitlines() if l.strip()]
-        return [str(r["instance_id"]) for r in rows]
+        return [str(r["instance_id"]) for r in self.task_rows()]
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

@@ -216,12 +216,6 @@ def sft(demos: list[Demo], base_dir: str | Path, out_dir: str | Path, steps: int
 
 
 # ------------------------------------------------------------------------------- the command
-def _task_rows(path: str | Path) -> dict[str, dict]:
-    text = Path(path).read_text()
-    rows = json.loads(text) if text.lstrip().startswith("[") else [json.loads(l) for l in text.splitlines() if l.strip()]
-    return {str(r["instance_id"]): r for r in rows}
-
-
 def warmstart(cfg: Any, out_dir: str | Path, steps: int = 150, lr: float = 1e-2, lazy: bool = True,
               log: Callable[[str], None] = print) -> Path:
     """Record gold-patch (and lazy) demonstrations for the config's tasks and SFT its model on them."""
@@ -238,7 +232,7 @@ def warmstart(cfg: Any, out_dir: str | Path, steps: int = 150, lr: float = 1e-2,
         raise SystemExit("trainer-client warmstart: no env server: pass --env-url or set env.urls")
     if not cfg.data.tasks:
         raise SystemExit("trainer-client warmstart: the task file (--tasks) holds the gold patches it needs")
-    tasks = _task_rows(cfg.data.tasks)
+    tasks = {str(r["instance_id"]): r for r in cfg.task_rows()}
     rows = [{"prompt": [{"role": "user", "content": cfg.data.prompt}], "instance_id": iid} for iid in cfg.instance_ids()]
     env_cls = make_environment_class(cfg.env.urls, cfg.env.client, reset_keys=cfg.env.reset_keys, auto_submit=False,
                                      max_output_chars=cfg.env.max_output_chars)
