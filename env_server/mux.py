@@ -151,10 +151,8 @@ class MuxConnection:
         if keep_reply is not None and cache is not None and keep_reply in cache and horizon > 0:
             self.replies[session_id] = OrderedDict([(keep_reply, cache[keep_reply])])
             self.closed_order.append(session_id)
-            while len(self.closed_order) > horizon:
-                old = self.closed_order.popleft()
-                if old in self.closed_ids:  # not re-opened meanwhile (ids are never re-opened today)
-                    self.replies.pop(old, None)
+            while len(self.closed_order) > horizon:  # a closed id stays closed: its tombstone can go
+                self.replies.pop(self.closed_order.popleft(), None)
         if session is not None:
             await self.service.close_session(session)
 

@@ -12,9 +12,19 @@ import os
 import sys
 from pathlib import Path
 
-from trainer_client.config import OFFLINE_TOKENIZER, TINY_MODEL, RunConfig, load_config
+from trainer_client.config import RunConfig, load_config, load_tokenizer, model_path
 
 __all__ = ["build_parser", "main", "train"]
+
+
+def _add_run_args(p: argparse.ArgumentParser, tasks_help: str) -> None:
+    """The arguments every run command shares; `config_from_args` reads them."""
+    p.add_argument("--config", required=True, metavar="FILE", help="run config (YAML)")
+    p.add_argument("--env-url", action="append", default=[], metavar="URL",
+                   help="env server replica (repeatable); replaces env.urls of the config")
+    p.add_argument("--tasks", metavar="FILE", help=tasks_help)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="override any config key, e.g. grpo.learning_rate=1e-5 or loss.alpha=0.1 (repeatable)")
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
@@ -30,14 +40,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         "  trainer-client train --config gpu_qwen.yaml --env-url http://a:8000 --env-url http://b:8000 "
         "--set grpo.learning_rate=5e-7",
     )
-    p.add_argument("--config", required=True, metavar="FILE", help="run config (YAML)")
-    p.add_argument("--env-url", action="append", default=[], metavar="URL",
-                   help="env server replica (repeatable); replaces env.urls of the config")
-    p.add_argument("--tasks", metavar="FILE", help="task file whose instance_ids form the dataset (data.tasks)")
+    _add_run_args(p, tasks_help="task file whose instance_ids form the dataset (data.tasks)")
     p.add_argument("--output-dir", metavar="DIR", help="checkpoints, metrics.jsonl, metrics.png (grpo.output_dir)")
     p.add_argument("--max-steps", type=int, metavar="N", help="optimizer steps (grpo.max_steps)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                   help="override any config key, e.g. grpo.learning_rate=1e-5 or loss.alpha=0.1 (repeatable)")
     p.add_argument("--resume", action="store_true", help="resume from the last checkpoint in the output dir")
     p.add_argument("--dry-run", action="store_true", help="validate the config and print it; do not train")
     p.set_defaults(func=_run_train)
@@ -57,15 +62,11 @@ def _add_warmstart(sub: argparse._SubParsersAction) -> None:
         "--tasks tasks.jsonl --out runs/warm\n"
         "  trainer-client train ... --set model.name_or_path=runs/warm",
     )
-    p.add_argument("--config", required=True, metavar="FILE", help="run config (YAML): model, tokenizer, env, data")
-    p.add_argument("--env-url", action="append", default=[], metavar="URL", help="env server replica (repeatable)")
-    p.add_argument("--tasks", metavar="FILE", help="task file with the gold patches (data.tasks)")
+    _add_run_args(p, tasks_help="task file with the gold patches (data.tasks)")
     p.add_argument("--out", required=True, metavar="DIR", help="where the fine-tuned model is saved")
     p.add_argument("--steps", type=int, default=150, metavar="N", help="SFT steps (full batch; default 150)")
     p.add_argument("--lr", type=float, default=1e-2, metavar="X", help="AdamW learning rate (default 1e-2)")
     p.add_argument("--no-lazy", action="store_true", help="gold demonstrations only (no lazy submit)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                   help="override any config key (repeatable)")
     p.set_defaults(func=_run_warmstart, output_dir=None, max_steps=None)
 
 
@@ -130,8 +131,8 @@ def train(cfg: RunConfig, resume: bool = False):
     if not cfg.env.urls:
         raise SystemExit("trainer-client: no env server: pass --env-url or set env.urls")
     grpo = build_grpo_config(cfg)
-    tokenizer = _tokenizer(cfg)
-    model = _model_path(cfg)
+    tokenizer = load_tokenizer(cfg)
+    model = model_path(cfg)
     rows = [{"prompt": [{"role": "user", "content": cfg.data.prompt}], "instance_id": iid}
             for iid in cfg.instance_ids()] * cfg.data.repeat
     env_cls = make_environment_class(cfg.env.urls, cfg.env.client, reset_keys=cfg.env.reset_keys,
@@ -151,24 +152,6 @@ def train(cfg: RunConfig, resume: bool = False):
         if png:
             print(f"metrics: {jsonl}  plot: {png}")
     return trainer
-
-
-def _tokenizer(cfg: RunConfig):
-    if cfg.model.tokenizer == OFFLINE_TOKENIZER:
-        from trainer_client.tokenizer import load_qwen_tokenizer
-
-        return load_qwen_tokenizer()
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(cfg.model.tokenizer or _model_path(cfg))
-
-
-def _model_path(cfg: RunConfig) -> str:
-    if cfg.model.name_or_path == TINY_MODEL:
-        from trainer_client.model import tiny_qwen_dir
-
-        return str(tiny_qwen_dir())
-    return cfg.model.name_or_path
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -124,6 +124,26 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
     return RunConfig.model_validate(apply_overrides(raw, list(overrides)))
 
 
+def model_path(cfg: RunConfig) -> str:
+    """The model to load: the tiny smoke model's directory (built once) or the configured name/path."""
+    if cfg.model.name_or_path == TINY_MODEL:
+        from trainer_client.model import tiny_qwen_dir
+
+        return str(tiny_qwen_dir())
+    return cfg.model.name_or_path
+
+
+def load_tokenizer(cfg: RunConfig):
+    """The configured tokenizer: the offline Qwen2 one, a named one, or the model's own."""
+    if cfg.model.tokenizer == OFFLINE_TOKENIZER:
+        from trainer_client.tokenizer import load_qwen_tokenizer
+
+        return load_qwen_tokenizer()
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(cfg.model.tokenizer or model_path(cfg))
+
+
 def build_grpo_config(cfg: RunConfig, **extra: Any):
     """The GRPOConfig for this run (TRL validates the combination of fields)."""
     from trl import GRPOConfig

@@ -223,8 +223,7 @@ def warmstart(cfg: Any, out_dir: str | Path, steps: int = 150, lr: float = 1e-2,
 
     from datasets import Dataset
 
-    from trainer_client.cli import _model_path, _tokenizer
-    from trainer_client.config import build_grpo_config
+    from trainer_client.config import build_grpo_config, load_tokenizer, model_path
     from trainer_client.environment import make_environment_class
     from trainer_client.trainer import SweGRPOTrainer
 
@@ -236,13 +235,13 @@ def warmstart(cfg: Any, out_dir: str | Path, steps: int = 150, lr: float = 1e-2,
     rows = [{"prompt": [{"role": "user", "content": cfg.data.prompt}], "instance_id": iid} for iid in cfg.instance_ids()]
     env_cls = make_environment_class(cfg.env.urls, cfg.env.client, reset_keys=cfg.env.reset_keys, auto_submit=False,
                                      max_output_chars=cfg.env.max_output_chars)
-    base = _model_path(cfg)
+    base = model_path(cfg)
     demos: list[Demo] = []
     try:
         with tempfile.TemporaryDirectory() as scratch:
             # a trainer only for its tool schemas and tool-suffix templating: the rollouts' token layout
             grpo = build_grpo_config(cfg, output_dir=scratch, report_to=[], save_strategy="no")
-            trainer = SweGRPOTrainer(model=base, processing_class=_tokenizer(cfg), args=grpo,
+            trainer = SweGRPOTrainer(model=base, processing_class=load_tokenizer(cfg), args=grpo,
                                      train_dataset=Dataset.from_list(rows), environment_factory=env_cls)
             for row in rows:
                 iid = row["instance_id"]

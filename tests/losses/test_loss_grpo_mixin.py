@@ -7,21 +7,13 @@ import torch
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
-from trainer_client.losses import LossConfig, ThreeChannelLossMixin
+from trainer_client.losses import LossConfig
 
 from .conftest import QWEN_VOCAB, tiny_qwen
+from .grpo_trainer import LossTrainer as _Trainer
+from .grpo_trainer import zero_reward as _reward
 from .pairs_data import write_pairs
 from .rollouts import make_grpo_batch
-
-
-class _Trainer(ThreeChannelLossMixin, GRPOTrainer):
-    def __init__(self, *args, loss_config=None, **kwargs):
-        self.loss_config = loss_config
-        super().__init__(*args, **kwargs)
-
-
-def _reward(completions, **kwargs):
-    return [0.0] * len(completions)
 
 
 def _make(cls, tokenizer, tmp_path, model, **extra):

@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 from datasets import Dataset
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOConfig
 
 from trainer_client.losses import (
     HintRenderer,
     LossConfig,
-    ThreeChannelLossMixin,
     build_sdpo_batch,
     load_hint_source,
     sdpo_loss,
@@ -19,19 +18,11 @@ from trainer_client.losses.model_io import backbone_of, capture_final_hidden, fi
 from trainer_client.losses.teacher_context import parse_error_sites
 
 from .conftest import QWEN_VOCAB, tiny_qwen
+from .grpo_trainer import LossTrainer as _Trainer
+from .grpo_trainer import zero_reward as _reward
 from .rollouts import make_grpo_batch
 
 TOL = dict(atol=1e-5, rtol=1e-5)
-
-
-class _Trainer(ThreeChannelLossMixin, GRPOTrainer):
-    def __init__(self, *args, loss_config=None, **kwargs):
-        self.loss_config = loss_config
-        super().__init__(*args, **kwargs)
-
-
-def _reward(completions, **kwargs):
-    return [0.0] * len(completions)
 
 
 def _trainer(tokenizer, tmp_path, model, cfg):
