@@ -40,13 +40,14 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(p * len(xs)))] * 1000 if xs else float("nan")
 
 
-def start_server(tasks: Path, data: Path, max_sessions: int, trace_diffs: str) -> tuple[subprocess.Popen, str]:
+def start_server(tasks: Path, data: Path, max_sessions: int, trace_diffs: str,
+                 sandbox_cpu: str = "idle") -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "env_server.cli", "serve", "--port", str(port), "--tasks",
                              str(tasks), "--data-dir", str(data), "--max-sessions", str(max_sessions),
-                             "--max-steps", "100000", "--trace-diffs", trace_diffs],
+                             "--max-steps", "100000", "--trace-diffs", trace_diffs, "--sandbox-cpu", sandbox_cpu],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):

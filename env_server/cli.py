@@ -12,7 +12,7 @@ from pathlib import Path
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from sandbox.models import SandboxConfig
+    from sandbox.models import Limits, SandboxConfig
 
     from .app import create_app, uvicorn_config
     from .config import ServerConfig
@@ -22,7 +22,7 @@ def _serve(args: argparse.Namespace) -> int:
     config = ServerConfig(
         tasks_path=args.tasks, data_dir=args.data_dir, max_sessions=args.max_sessions,
         idle_timeout_s=args.idle_timeout, auth_token=args.auth_token or os.environ.get("ENV_SERVER_TOKEN") or None,
-        sandbox=SandboxConfig(backend=args.backend),
+        sandbox=SandboxConfig(backend=args.backend, limits=Limits(cpu_policy=args.sandbox_cpu)),
         episode=EpisodeConfig(max_steps=args.max_steps, grade_mode=args.grade_mode, trace_diffs=args.trace_diffs,
                               trace_fsync=args.fsync))
     try:
@@ -43,6 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--tasks", type=Path, required=True, help="JSON/JSONL task file")
     serve.add_argument("--backend", choices=["bwrap", "docker"], default="bwrap")
     serve.add_argument("--max-sessions", type=int, default=64)
+    serve.add_argument("--sandbox-cpu", choices=["idle", "batch", "normal"], default="idle",
+                       help="CPU policy of the sandboxes: 'idle' (default) gives them only CPU time this server "
+                            "does not want, so one busy session never slows the others' replies; 'normal' "
+                            "when CPU-heavy processes of equal priority share the machine (see docs/deploy.md)")
     serve.add_argument("--data-dir", type=Path, default=Path("data"))
     serve.add_argument("--idle-timeout", type=float, default=600.0, help="seconds before detached sessions close")
     serve.add_argument("--auth-token", default=None, help="bearer token (or env ENV_SERVER_TOKEN)")

@@ -13,7 +13,7 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from .errors import ProtocolError
-from .protocol import ErrorCode
+from .protocol import ErrorCode, compact_json
 
 _CLOSED = object()
 
@@ -78,7 +78,10 @@ class FrameReader:
             return False
         try:
             async with self._send_lock:
-                await self.ws.send_text(json.dumps(frame, ensure_ascii=False, separators=(",", ":")))
+                try:
+                    await self.ws.send_text(compact_json(frame))
+                except UnicodeEncodeError:  # a lone surrogate (refused before sending): \u-escape it
+                    await self.ws.send_text(json.dumps(frame, separators=(",", ":")))
             return True
         except (WebSocketDisconnect, RuntimeError, OSError):
             return False

@@ -20,6 +20,14 @@ class Metrics:
                                    registry=r)
         self.protocol_errors = Counter("envserver_protocol_errors_total", "error frames sent", ["code"], registry=r)
         self.rewards = Counter("envserver_graded_total", "graded episodes", ["resolved"], registry=r)
+        self._step_counters: dict[str, Counter] = {}
+
+    def step_counter(self, tool: str) -> Counter:
+        """``steps.labels(tool)``, looked up once per tool (it is on every step's path)."""
+        child = self._step_counters.get(tool)
+        if child is None:
+            child = self._step_counters[tool] = self.steps.labels(tool)
+        return child
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -7,10 +7,15 @@ nothing else from ``env_server``, so it must never import server code.
 
 from __future__ import annotations
 
+import json
 from enum import Enum
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
+
+# Frames and trace records: compact UTF-8 JSON. One encoder, built once (json.dumps with
+# options builds a new one on every call, and this runs on every step).
+compact_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 PROTOCOL_VERSION = "1.0.0"
 MUX_SUBPROTOCOL = "swe-openenv.mux.v1"

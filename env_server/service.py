@@ -205,7 +205,7 @@ class EnvService:
     def _observe(self, action: Any, obs: SWEObservation, latency: float) -> None:
         m = self.metrics
         tool = getattr(action, "tool_name", "list_tools")
-        m.steps.labels(tool if tool in _METRIC_TOOLS else "unknown").inc()  # agent-chosen: keep labels bounded
+        m.step_counter(tool if tool in _METRIC_TOOLS else "unknown").inc()  # agent-chosen: keep labels bounded
         m.step_latency.observe(latency)
         if "error_kind" in obs.metadata:
             m.tool_errors.labels(obs.metadata["error_kind"], obs.metadata["error_source"]).inc()

@@ -66,10 +66,18 @@ def parse_arguments(name: str, arguments: dict[str, Any]) -> BaseModel | ToolFai
         return failure(ErrorKind.unknown_tool, f"unknown tool {name!r}; available: {', '.join(TOOL_ARGS)}",
                        detail=name)
     try:
-        return model.model_validate(arguments)
+        args = model.model_validate(arguments)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
         return failure(ErrorKind.invalid_arguments, f"invalid arguments for {name}: {problems}")
+    for field, value in args:
+        if isinstance(value, str):
+            try:  # JSON can carry lone surrogates ("\ud800"), which no file or shell can hold
+                value.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError as exc:
+                return failure(ErrorKind.invalid_arguments, f"invalid arguments for {name}: {field}: "
+                               f"not valid Unicode text (lone surrogate at index {exc.start})")
+    return args
 
 
 def _numbered(text: str, start: int, end: int | None) -> str:

@@ -12,9 +12,9 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import Any, Iterator
 
-from .protocol import ChatMessage, NextAction, StateRecord, SWEObservation
+from .protocol import ChatMessage, NextAction, StateRecord, SWEObservation, compact_json
 
 _ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
@@ -38,21 +38,27 @@ class TraceWriter:
         self.path = path
         self.fsync = fsync
         self.records: list[dict[str, Any]] = []
-        self._fh: IO[str] | None = open(path, "x", encoding="utf-8")  # never clobber a trace
+        # O_EXCL: never clobber a trace. One write(2) per record, no buffering in between.
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o644)
 
     def append(self, record: dict[str, Any]) -> None:
         self.records.append(record)
-        if self._fh is None:
+        if self._fd is None:
             return
-        self._fh.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
-        self._fh.flush()
+        try:
+            data = (compact_json(record) + "\n").encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: \u-escaped, still exact JSON
+            data = (json.dumps(record, separators=(",", ":")) + "\n").encode("ascii")
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view):]
         if self.fsync:
-            os.fsync(self._fh.fileno())
+            os.fsync(self._fd)
 
     def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class TraceStore:

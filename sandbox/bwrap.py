@@ -150,6 +150,7 @@ class BwrapSandbox(Sandbox):
         info.seccomp = bool(layers.get("seccomp"))
         info.landlock_abi = int(layers.get("landlock_abi") or 0)
         info.noexec_workspace = bool(layers.get("noexec_workspace"))
+        info.cpu_policy = str(layers.get("cpu_policy") or "normal")
         return box
 
     @staticmethod

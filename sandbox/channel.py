@@ -11,11 +11,53 @@ import asyncio
 import base64
 import itertools
 import json
+import time
+import weakref
 from typing import Any, Awaitable, Callable
 
 from .models import CommandResult, CommandStatus, PathError, SandboxDied, SandboxError
 
 MAX_LINE = 64 * 1024 * 1024
+WATCHDOG_PERIOD_S = 0.5
+
+
+class _Watchdog:
+    """Fails the replies of channels past their deadline, on one timer per event loop.
+
+    A request's deadline is a backstop (the runtime enforces the command's own timeout),
+    so half a second of slack costs nothing, while a timer per request (``asyncio.timeout``)
+    costs a heap entry and a cancellation on every step.
+    """
+
+    _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Watchdog] = weakref.WeakKeyDictionary()
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.waiting: weakref.WeakSet[RuntimeChannel] = weakref.WeakSet()
+        self.armed = False
+
+    @classmethod
+    def watch(cls, channel: RuntimeChannel) -> None:
+        loop = asyncio.get_running_loop()
+        dog = cls._by_loop.get(loop)
+        if dog is None:
+            dog = cls._by_loop[loop] = cls(loop)
+        dog.waiting.add(channel)
+        if not dog.armed:
+            dog.armed = True
+            loop.call_later(WATCHDOG_PERIOD_S, dog.tick)
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        for channel in list(self.waiting):
+            if channel._deadline is None:
+                self.waiting.discard(channel)
+            elif now >= channel._deadline:
+                self.waiting.discard(channel)
+                channel._expire()
+        self.armed = bool(self.waiting) and not self.loop.is_closed()
+        if self.armed:
+            self.loop.call_later(WATCHDOG_PERIOD_S, self.tick)
 
 
 class RuntimeChannel:
@@ -26,6 +68,7 @@ class RuntimeChannel:
         self._write = write
         self._lock = asyncio.Lock()
         self._ids = itertools.count(1)
+        self._deadline: float | None = None  # while a reply is awaited
         self.dead: str | None = None
 
     async def handshake(self, init: dict[str, Any], timeout_s: float) -> dict[str, Any]:
@@ -43,13 +86,16 @@ class RuntimeChannel:
             if self.dead:
                 raise SandboxDied(self.dead)
             req_id = next(self._ids)
+            self._deadline = time.monotonic() + wait_s
+            _Watchdog.watch(self)
             try:
                 await self._write(json.dumps({"id": req_id, "op": op, **fields}).encode() + b"\n")
-                async with asyncio.timeout(wait_s):  # no extra task per request, unlike wait_for
-                    reply = await self._read_reply()
+                reply = await self._read_reply()
             except (asyncio.TimeoutError, OSError, ConnectionError, SandboxDied) as e:
                 self.dead = f"runtime did not answer {op!r}: {type(e).__name__}: {e}"
                 raise SandboxDied(self.dead) from None
+            finally:
+                self._deadline = None
             if reply.get("id") != req_id:
                 self.dead = f"runtime answered out of order (sent {req_id}, got {reply.get('id')!r})"
                 raise SandboxDied(self.dead)
@@ -63,6 +109,10 @@ class RuntimeChannel:
             if kind == "invalid_arguments":
                 raise ValueError(message)
             raise SandboxError(f"{kind}: {message}")
+
+    def _expire(self) -> None:
+        """The deadline passed: the pending read fails (the channel is then dead)."""
+        self._reader.set_exception(asyncio.TimeoutError("no reply before the deadline"))
 
     async def _read_reply(self) -> dict[str, Any]:
         try:
@@ -85,12 +135,16 @@ class RuntimeChannel:
             r = await self.request("run", timeout_s + 15.0, command=command, timeout_s=timeout_s)
         except SandboxDied:
             return CommandResult(output="", status=CommandStatus.sandbox_died)
-        try:
-            return CommandResult(
-                output=str(r.get("output", "")), exit_code=r.get("exit_code"),
+        try:  # every field is coerced to its type here, so no second validation
+            code = r.get("exit_code")
+            if code is not None and (type(code) is not int):
+                raise TypeError(f"exit_code {code!r} is not an integer")
+            changed = r.get("files_changed")
+            return CommandResult.model_construct(
+                output=str(r.get("output", "")), exit_code=code,
                 status=CommandStatus(r.get("status")), truncated=bool(r.get("truncated")),
                 output_bytes=int(r.get("output_bytes", 0)), duration_s=float(r.get("duration_s", 0.0)),
-                files_changed=r.get("files_changed") if isinstance(r.get("files_changed"), bool) else None)
+                files_changed=changed if isinstance(changed, bool) else None)
         except (ValueError, TypeError) as e:
             self.dead = f"runtime sent a malformed result: {e}"
             return CommandResult(output="", status=CommandStatus.sandbox_died)

@@ -448,6 +448,7 @@ class DockerSandbox(Sandbox):
             backend="docker",
             seccomp=bool(init.get("seccomp")),
             landlock_abi=int(init.get("landlock_abi") or 0),
+            cpu_policy=str(init.get("cpu_policy") or "normal"),
             cgroup=True,  # the engine enforces memory, pids and CPU limits
             noexec_workspace=bool(init.get("noexec_workspace")),
             blocked_tools_absent=tools_absent,

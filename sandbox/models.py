@@ -68,6 +68,11 @@ class Limits(BaseModel):
     cpu_seconds: int = Field(3600, gt=0, description="CPU time per process (RLIMIT_CPU)")
     workspace_mb: int = Field(1024, gt=0, description="writable space of the workspace (tmpfs upper layer)")
     tmp_mb: int = Field(512, gt=0, description="size of the private /tmp")
+    cpu_policy: Literal["normal", "batch", "idle"] = Field("normal", description=(
+        "scheduling policy of everything in the sandbox: 'normal' competes with the host's processes as "
+        "equals; 'idle' (SCHED_IDLE) runs only on CPU time no normal process wants, so a busy sandbox "
+        "never delays the process that serves it; 'batch' (SCHED_BATCH) never preempts on wakeup. "
+        "Best effort: a kernel that refuses keeps 'normal' (SandboxInfo.cpu_policy tells)"))
 
 
 class HardeningPolicy(BaseModel):
@@ -157,6 +162,7 @@ class SandboxInfo(BaseModel):
     cgroup: bool = False
     noexec_workspace: bool = False
     blocked_tools_absent: bool = False
+    cpu_policy: str = Field("normal", description="scheduling policy the sandbox's processes run under")
     base_commit: str = Field("", description="commit of the squashed workspace repository")
     details: dict[str, str] = Field(default_factory=dict)
 

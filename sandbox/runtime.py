@@ -124,11 +124,28 @@ def set_rlimits(limits: dict) -> None:
         (resource.RLIMIT_FSIZE, limits["file_size_mb"] * mb),
         (resource.RLIMIT_CPU, limits["cpu_seconds"]),
         (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_NICE, 0),  # no way back up from a lowered CPU policy
     ]
     for res, value in table:
         soft, hard = resource.getrlimit(res)
         new = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(res, (new, new))
+
+
+def set_cpu_policy(name: str) -> str:
+    """Put this process (and so all it starts) under a scheduling policy; returns the one in force.
+
+    Lowering priority needs no privilege, and nothing below may raise it again (that would
+    need CAP_SYS_NICE in the host's namespace). A refusal keeps the current policy.
+    """
+    policy = {"batch": getattr(os, "SCHED_BATCH", None), "idle": getattr(os, "SCHED_IDLE", None)}.get(name)
+    if policy is None:
+        return "normal"
+    try:
+        os.sched_setscheduler(0, policy, os.sched_param(0))
+    except (OSError, AttributeError):
+        return "normal"
+    return name
 
 
 def drop_capabilities() -> None:
@@ -330,14 +347,19 @@ class Shell:
         os.close(out_w)
         os.close(63)
         self.out_fd, self.status_fd = out_r, st_r
+        self.in_fd = self.proc.stdin.fileno()
         for fd in (out_r, st_r):
             os.set_blocking(fd, False)
+        self.poller = select.poll()
+        for fd in (out_r, st_r):
+            self.poller.register(fd, select.POLLIN)
+        self.children_fd = _open_children(self.proc.pid)
 
     def close_fds(self) -> None:
-        for fd in (self.out_fd, self.status_fd):
+        for fd in (self.out_fd, self.status_fd, self.children_fd):
             try:
                 os.close(fd)
-            except OSError:
+            except (OSError, TypeError):
                 pass
 
     def restart(self) -> None:
@@ -352,15 +374,23 @@ class Shell:
 SUBREAPER = [False]  # set by setup(): orphans of the agent's processes are re-parented to us
 
 
-def _children(pid: int) -> list:
-    fd = os.open("/proc/%d/task/%d/children" % (pid, pid), os.O_RDONLY | os.O_CLOEXEC)
+def _open_children(pid: int):
+    """An fd on /proc/<pid>/task/<pid>/children (re-read with pread), or None."""
     try:
-        return os.read(fd, 65536).split()  # one read: the kernel renders the list at once
-    finally:
-        os.close(fd)
+        return os.open("/proc/%d/task/%d/children" % (pid, pid), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
 
 
-def only_shell_alive(shell_pid: int) -> bool:
+_OWN_CHILDREN = [None]  # our own children file, opened once
+
+
+def _children(fd) -> list:
+    # One pread from 0: the kernel renders the whole list at once, afresh on every read.
+    return os.pread(fd, 65536, 0).split()
+
+
+def only_shell_alive(shell_pid: int, shell_children_fd) -> bool:
     """True when provably no process but the shell runs below us (then a sweep is moot).
 
     We are a child subreaper, so every process the agent starts stays in our subtree:
@@ -370,17 +400,20 @@ def only_shell_alive(shell_pid: int) -> bool:
     Zombies count as children (a sweep then reaps them). Any doubt (no /proc children
     file, not a subreaper) answers False, and the caller sweeps.
     """
-    if not SUBREAPER[0]:
+    if not SUBREAPER[0] or shell_children_fd is None:
         return False
     try:
-        return not _children(shell_pid) and _children(os.getpid()) == [b"%d" % shell_pid]
-    except (OSError, ValueError):
+        if _OWN_CHILDREN[0] is None:
+            _OWN_CHILDREN[0] = _open_children(os.getpid())
+        return not _children(shell_children_fd) and _children(_OWN_CHILDREN[0]) == [b"%d" % shell_pid]
+    except (OSError, TypeError, ValueError):
         return False
 
 
-def kill_background(shell_pid: int) -> int:
+def kill_background(shell: "Shell") -> int:
     """After a command: kill whatever it left running besides the shell."""
-    return 0 if only_shell_alive(shell_pid) else kill_all_but_me({shell_pid})
+    pid = shell.proc.pid
+    return 0 if only_shell_alive(pid, shell.children_fd) else kill_all_but_me({pid})
 
 
 def kill_all_but_me(keep: set) -> int:
@@ -456,6 +489,13 @@ class OutputBuffer:
         marker = "\n[... output truncated: %d bytes omitted of %d ...]\n" % (dropped, self.total)
         return (bytes(self.head).decode("utf-8", "replace") + marker
                 + bytes(self.tail).decode("utf-8", "replace"), True)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to a blocking fd."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def shell_quote(s: str) -> str:
@@ -600,6 +640,10 @@ class Runtime:
                 pass  # no inotify (or too many directories for the watch limit): walk
         self._last_fp = self.fingerprint()
         self._diff_ready = False
+        lim = cfg["limits"]
+        self._default_timeout = float(lim["command_timeout_s"])
+        self._cap, self._kill_at = int(lim["max_output_bytes"]), int(lim["output_kill_bytes"])
+        self._sweep = bool(cfg.get("kill_background", True))
 
     # -- run ---------------------------------------------------------------------
     def op_run(self, req: dict) -> dict:
@@ -622,22 +666,18 @@ class Runtime:
         cmd = req.get("command")
         if not isinstance(cmd, str):
             raise RuntimeFailure("invalid_arguments", "command must be a string")
-        timeout = float(req.get("timeout_s") or self.cfg["limits"]["command_timeout_s"])
-        cap = int(self.cfg["limits"]["max_output_bytes"])
-        kill_at = int(self.cfg["limits"]["output_kill_bytes"])
+        timeout = float(req.get("timeout_s") or self._default_timeout)
+        kill_at = self._kill_at
         sh = self.shell
-        if sh.proc.poll() is not None:
-            sh.restart()
         nonce = secrets.token_hex(8)
         # `jobs` first: bash reports background jobs that died since the last
         # command (e.g. killed by the background sweep) here, not in this output.
         script = "jobs >/dev/null 2>&1\neval %s </dev/null 63>&-\nprintf '%s %%d\\n' \"$?\" >&63\n" % (shell_quote(cmd), nonce)
         start = time.monotonic()
-        out = OutputBuffer(cap)
-        try:
-            sh.proc.stdin.write(script.encode("utf-8", "surrogateescape"))
-            sh.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
+        out = OutputBuffer(self._cap)
+        try:  # a shell that died since the last command shows here (EPIPE) and is replaced
+            _write_all(sh.in_fd, script.encode("utf-8", "surrogateescape"))
+        except OSError:
             sh.restart()
             return self._result(out, None, "shell_exited", start)
         status_buf = b""
@@ -652,7 +692,7 @@ class Runtime:
                 self._drain(out)
                 sh.restart()
                 return self._result(out, None, state, start)
-            ready, _, _ = select.select([sh.out_fd, sh.status_fd], [], [], max(0.0, min(deadline - now, 0.5)))
+            ready = [fd for fd, _ in sh.poller.poll(max(0.0, min(deadline - now, 0.5)) * 1000)]
             if sh.out_fd in ready:
                 self._read_into(sh.out_fd, out)
                 if out.total > kill_at and state is None:
@@ -673,8 +713,8 @@ class Runtime:
                 if line is not None:
                     parts = line.decode("ascii", "replace").split()
                     if len(parts) == 2 and parts[0] == nonce:
-                        if self.cfg.get("kill_background", True):
-                            kill_background(sh.proc.pid)
+                        if self._sweep:
+                            kill_background(sh)
                         self._drain(out)
                         code = int(parts[1])
                         if state is None:
@@ -919,7 +959,7 @@ class Runtime:
 
 
 def setup(cfg: dict) -> dict:
-    info = {"seccomp": False, "landlock_abi": 0, "noexec_workspace": False}
+    info = {"seccomp": False, "landlock_abi": 0, "noexec_workspace": False, "cpu_policy": "normal"}
     if cfg["mode"] == "overlay":
         enter_private_userns()
         build_overlay_workspace(cfg)
@@ -940,6 +980,7 @@ def setup(cfg: dict) -> dict:
     os.makedirs("/tmp/home", exist_ok=True)
     os.makedirs("/tmp/.pycache", exist_ok=True)
     SUBREAPER[0] = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    info["cpu_policy"] = set_cpu_policy(cfg["limits"].get("cpu_policy", "normal"))
     set_rlimits(cfg["limits"])
     if cfg["mode"] == "overlay":
         drop_capabilities()
@@ -969,9 +1010,12 @@ def main() -> None:
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
+    out_fd = stdout.fileno()
+
+    encode = json.JSONEncoder(separators=(",", ":")).encode  # built once, not per reply
+
     def send(obj: dict) -> None:
-        stdout.write(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
-        stdout.flush()
+        _write_all(out_fd, encode(obj).encode() + b"\n")
 
     try:
         cfg = json.loads(stdin.readline())

@@ -59,6 +59,8 @@ def test_tool_failures_carry_markers_and_count_as_steps(make_server):
                 (tool("fly"), "unknown_tool"),
                 (tool("bash"), "invalid_arguments"),
                 (tool("bash", command="ls", color="red"), "invalid_arguments"),
+                (tool("bash", command="echo \ud800"), "invalid_arguments"),  # a lone surrogate
+                (tool("create", path="x\udfff.py", content="x"), "invalid_arguments"),
                 (tool("bash", command="nosuchcmd"), "command_not_found"),
                 (tool("bash", command="find ."), "blocked_tool"),
                 (tool("bash", command="sleep 5", timeout=0.5), "timeout"),

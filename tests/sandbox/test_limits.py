@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 from sbxlib import host_procs, py, sh
@@ -229,3 +230,44 @@ async def test_kill_runtime_reported_as_died(harness):
             return
         assert res.status in (CommandStatus.sandbox_died, CommandStatus.shell_exited), res
         await _still_answers_or_reports_death(sb, res)
+
+
+async def test_cpu_policy_applies_to_everything_and_cannot_be_raised(harness):
+    """'idle': the shell and all it starts run under SCHED_IDLE, and the agent cannot climb back."""
+    probe = """
+        import os
+        print("POLICY", os.sched_getscheduler(0))
+        try:
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+            print("RAISED", os.sched_getscheduler(0))
+        except PermissionError:
+            print("REFUSED")
+    """
+    async with harness.session(cpu_policy="idle") as sb:
+        assert sb.info.cpu_policy == "idle"
+        res = await py(sb, probe)
+        assert f"POLICY {os.SCHED_IDLE}" in res.output and "REFUSED" in res.output, res.output
+    async with harness.session() as sb:  # the library default competes as an equal
+        assert sb.info.cpu_policy == "normal"
+        res = await py(sb, probe)
+        assert f"POLICY {os.SCHED_OTHER}" in res.output, res.output
+
+
+async def test_runtime_that_stops_answering_is_declared_dead(harness, monkeypatch):
+    """A wedged runtime (stopped by SIGSTOP from inside) hits the host's deadline: the
+    session says it died instead of hanging, and later calls fail at once."""
+    import sandbox.channel as channel
+
+    monkeypatch.setattr(channel, "WATCHDOG_PERIOD_S", 0.1)
+    async with harness.session() as sb:
+        start = time.monotonic()
+        res = await sb._channel.run("kill -STOP $(ps -o ppid= -p $$)", timeout_s=0.5)  # grace: 15 s
+        waited = time.monotonic() - start
+        assert res.status is CommandStatus.sandbox_died, res
+        assert 15 <= waited < 25, waited
+        try:
+            await sb.run("echo again")
+        except SandboxDied:
+            pass
+        else:
+            raise AssertionError("a dead session answered")
