@@ -22,8 +22,9 @@ import base64
 import ctypes
 import errno
 import json
+import json.encoder
+import json.scanner
 import os
-import secrets
 import select
 import shutil
 import signal
@@ -317,9 +318,12 @@ def apply_seccomp(deny_inet: bool) -> bool:
 class Shell:
     """The agent's persistent, non-interactive bash.
 
-    Commands go in on stdin as ``eval '<cmd>' </dev/null 63>&-``; their output
-    comes back on one pipe (stdout and stderr interleaved); the exit status comes
-    back on fd 63 with a per-command nonce, which the command itself never holds.
+    Commands go in on stdin as ``eval '<cmd>' </dev/null >&62 2>&62 62>&- 63>&-``:
+    their output comes back on one pipe (fd 62 of the shell: stdout and stderr
+    interleaved), the exit status on another (fd 63) with a per-command nonce, and
+    the command holds neither fd. The shell's own stdout and stderr are /dev/null:
+    what bash says between commands (say, that a job the sweep killed is gone,
+    which it reports whenever it notices) never lands in a command's output.
     """
 
     def __init__(self, env: dict, write_paths=None) -> None:
@@ -335,16 +339,17 @@ class Shell:
             apply_landlock(None, self.write_paths)
 
     def start(self) -> None:
-        out_r, out_w = os.pipe()
-        st_r, st_w = os.pipe()
-        if st_w != 63:
-            os.dup2(st_w, 63)
-            os.close(st_w)
-        self.proc = subprocess.Popen(
-            ["bash", "--noprofile", "--norc"], stdin=subprocess.PIPE, stdout=out_w, stderr=out_w,
-            pass_fds=(63,), cwd=WORKSPACE, env=self.env, close_fds=True,
-            preexec_fn=self._restrict if self.write_paths is not None else None)
+        out_r, out_w = _pipe_above(63)
+        st_r, st_w = _pipe_above(63)
+        os.dup2(out_w, 62)  # the child's fds 62 and 63 (the parent's copies close below)
+        os.dup2(st_w, 63)
         os.close(out_w)
+        os.close(st_w)
+        self.proc = subprocess.Popen(
+            ["bash", "--noprofile", "--norc"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, pass_fds=(62, 63), cwd=WORKSPACE, env=self.env, close_fds=True,
+            preexec_fn=self._restrict if self.write_paths is not None else None)
+        os.close(62)
         os.close(63)
         self.out_fd, self.status_fd = out_r, st_r
         self.in_fd = self.proc.stdin.fileno()
@@ -369,6 +374,17 @@ class Shell:
         self.close_fds()
         kill_all_but_me(set())
         self.start()
+
+
+def _pipe_above(fd: int) -> tuple:
+    """os.pipe() with both ends numbered above ``fd`` (so 62 and 63 stay free to place)."""
+    import fcntl
+
+    ends = []
+    for end in os.pipe():
+        ends.append(fcntl.fcntl(end, fcntl.F_DUPFD_CLOEXEC, fd + 1))
+        os.close(end)
+    return tuple(ends)
 
 
 SUBREAPER = [False]  # set by setup(): orphans of the agent's processes are re-parented to us
@@ -644,6 +660,7 @@ class Runtime:
         self._default_timeout = float(lim["command_timeout_s"])
         self._cap, self._kill_at = int(lim["max_output_bytes"]), int(lim["output_kill_bytes"])
         self._sweep = bool(cfg.get("kill_background", True))
+        self._jobs_killed = False  # a sweep killed processes since the last command
 
     # -- run ---------------------------------------------------------------------
     def op_run(self, req: dict) -> dict:
@@ -669,10 +686,17 @@ class Runtime:
         timeout = float(req.get("timeout_s") or self._default_timeout)
         kill_at = self._kill_at
         sh = self.shell
-        nonce = secrets.token_hex(8)
-        # `jobs` first: bash reports background jobs that died since the last
-        # command (e.g. killed by the background sweep) here, not in this output.
-        script = "jobs >/dev/null 2>&1\neval %s </dev/null 63>&-\nprintf '%s %%d\\n' \"$?\" >&63\n" % (shell_quote(cmd), nonce)
+        nonce = os.urandom(8).hex()
+        # bash reports jobs killed by a signal once it notices, and may notice during the
+        # next eval (whose stderr is the output). After a sweep killed some, every job is
+        # dead: `wait` reaps them and `jobs` takes the notices, both into /dev/null. Without
+        # sweeps, `jobs` before every command (a job that dies later may still be reported).
+        if self._jobs_killed:
+            flush = "wait; jobs\n"
+        else:
+            flush = "" if self._sweep else "jobs\n"
+        self._jobs_killed = False
+        script = "%seval %s </dev/null >&62 2>&62 62>&- 63>&-\necho %s $? >&63\n" % (flush, shell_quote(cmd), nonce)
         start = time.monotonic()
         out = OutputBuffer(self._cap)
         try:  # a shell that died since the last command shows here (EPIPE) and is replaced
@@ -687,6 +711,7 @@ class Runtime:
             now = time.monotonic()
             if now >= deadline and state is None:
                 kill_all_but_me({sh.proc.pid})
+                self._jobs_killed = True
                 state, deadline = "timeout", now + 2.0
             elif now >= deadline:  # the shell did not report after the kill: replace it
                 self._drain(out)
@@ -697,6 +722,7 @@ class Runtime:
                 self._read_into(sh.out_fd, out)
                 if out.total > kill_at and state is None:
                     kill_all_but_me({sh.proc.pid})
+                    self._jobs_killed = True
                     state, deadline = "output_limit", time.monotonic() + 2.0
             if sh.status_fd in ready:
                 try:
@@ -713,8 +739,8 @@ class Runtime:
                 if line is not None:
                     parts = line.decode("ascii", "replace").split()
                     if len(parts) == 2 and parts[0] == nonce:
-                        if self._sweep:
-                            kill_background(sh)
+                        if self._sweep and kill_background(sh):
+                            self._jobs_killed = True
                         self._drain(out)
                         code = int(parts[1])
                         if state is None:
@@ -734,12 +760,15 @@ class Runtime:
                 data = os.read(fd, 65536)
             except BlockingIOError:
                 return
-            if not data:
-                return
             out.add(data)
+            if len(data) < 65536:  # the pipe is empty (or at EOF) for now
+                return
 
     def _drain(self, out: OutputBuffer) -> None:
-        self._read_into(self.shell.out_fd, out)
+        """Read what the command left in the pipe (asking poll first: no EAGAIN to raise)."""
+        sh = self.shell
+        if any(fd == sh.out_fd for fd, _ in sh.poller.poll(0)):
+            self._read_into(sh.out_fd, out)
 
     @staticmethod
     def _result(out: OutputBuffer, code, status: str, start: float) -> dict:
@@ -1006,16 +1035,49 @@ def setup(cfg: dict) -> dict:
     return info
 
 
+# JSON lines, cheaply ----------------------------------------------------------------
+# With dozens of sessions every runtime wakes with cold caches, and json.loads/dumps'
+# Python layers (encoding detection, a fresh C encoder per call) then cost several times
+# the C work itself. Requests go straight to the C scanner; the reply to `run`, sent on
+# every step, is formatted around the C string escaper.
+_scan = json.scanner.make_scanner(json.JSONDecoder())
+_escape = json.encoder.encode_basestring_ascii
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+_JSON_BOOL = {True: "true", False: "false", None: "null"}
+
+
+def parse_request(line: bytes) -> dict:
+    """One request line (from the host) as a JSON object; ValueError when it is not one."""
+    try:
+        obj, _ = _scan(line.decode("utf-8"), 0)
+    except StopIteration:
+        raise ValueError("malformed request line") from None
+    if not isinstance(obj, dict):
+        raise ValueError("a request must be a JSON object")
+    return obj
+
+
+def encode_reply(reply: dict) -> bytes:
+    """A reply as one JSON line (what json.dumps gives, faster for command results)."""
+    r = reply.get("result")
+    if type(reply.get("id")) is int and reply.get("ok") is True and isinstance(r, dict) and len(r) == 7 \
+            and "files_changed" in r:
+        code = r["exit_code"]
+        return ('{"id":%d,"ok":true,"result":{"output":%s,"exit_code":%s,"status":%s,"truncated":%s,'
+                '"output_bytes":%d,"duration_s":%r,"files_changed":%s}}\n' % (
+                    reply["id"], _escape(r["output"]), "null" if code is None else "%d" % code,
+                    _escape(r["status"]), _JSON_BOOL[r["truncated"]], r["output_bytes"],
+                    float(r["duration_s"]), _JSON_BOOL[r["files_changed"]])).encode("ascii")
+    return _encode(reply).encode() + b"\n"
+
+
 def main() -> None:
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-
     out_fd = stdout.fileno()
 
-    encode = json.JSONEncoder(separators=(",", ":")).encode  # built once, not per reply
-
     def send(obj: dict) -> None:
-        _write_all(out_fd, encode(obj).encode() + b"\n")
+        _write_all(out_fd, encode_reply(obj))
 
     try:
         cfg = json.loads(stdin.readline())
@@ -1033,7 +1095,7 @@ def main() -> None:
     for line in stdin:
         req_id = None
         try:
-            req = json.loads(line)
+            req = parse_request(line)
             req_id = req.get("id")
             op = ops.get(req.get("op"))
             if op is None:

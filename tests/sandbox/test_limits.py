@@ -271,3 +271,36 @@ async def test_runtime_that_stops_answering_is_declared_dead(harness, monkeypatc
             pass
         else:
             raise AssertionError("a dead session answered")
+
+
+async def test_swept_background_jobs_leave_no_notice_in_later_output(harness):
+    """bash reports a job killed by a signal at its next chance; the runtime's sweeps
+    (after a command, after a timeout) must not bleed such notices into later output."""
+    async with harness.session() as sb:
+        for _ in range(2):
+            res = await sb.run("sleep 1000 & sleep 1001 & echo started")
+            assert res.output == "started\n", res.output
+            res = await sb.run("echo next")
+            assert res.output == "next\n", res.output
+        res = await sb.run("sleep 1002 & sleep 1000", timeout_s=1)
+        assert res.status is CommandStatus.timeout, res
+        res = await sb.run("echo after-timeout")
+        assert res.output == "after-timeout\n", res.output
+        res = await sb.run("true")
+        assert res.output == "", res.output
+
+
+async def test_exec_redirections_do_not_blind_later_commands(harness):
+    """`exec >file` or closing stdout lasts for that command only: the next commands'
+    output and exit codes still come back (a shell whose output went elsewhere for the
+    rest of the episode would leave the agent blind)."""
+    async with harness.session() as sb:
+        res = await sb.run("exec >/tmp/log 2>&1; echo hidden; ls /nonexistent", timeout_s=10)
+        assert res.output == "" and res.status is CommandStatus.nonzero_exit, res
+        res = await sb.run("echo visible; ls /nonexistent", timeout_s=10)
+        assert res.output.startswith("visible\nls: cannot access"), res.output
+        res = await sb.run("exec >&- 2>&-; echo gone", timeout_s=10)
+        res = await sb.run("exec 62>/tmp/a 63>/tmp/b; echo q", timeout_s=10)
+        assert res.output == "q\n", res.output
+        res = await sb.run("cat /tmp/log; exit 4", timeout_s=10)
+        assert res.output.startswith("hidden\nls: cannot access") and res.exit_code == 4, res
