@@ -1,12 +1,20 @@
 """Env-server benchmark on loopback: step latency over /ws and /mux, reset latency, concurrency sweep.
 
 Starts the real server (``env-server serve``, bwrap backend) on the demo task and
-prints the figures side by side. Usage:
+prints the figures side by side, one column per server setting:
 
-    python bench/bench_env_server.py [--steps 1000] [--sweep 8,64,256] [--repeat 3] [--trace-diffs all|edits|both]
+* ``trace-diffs=all`` / ``trace-diffs=edits``: the server's defaults otherwise (sandboxes
+  at idle CPU priority, ``--sandbox-cpu idle``);
+* ``cpu=normal``: trace-diffs=edits with ``--sandbox-cpu normal``, sandboxes competing
+  with the server for the CPU as equals.
+
+Usage:
+
+    python bench/bench_env_server.py [--steps 1000] [--sweep 8,64,256] [--repeat 3] [--columns all,edits,normal]
 
 Each sweep point runs ``--repeat`` times on the same server (fresh sessions each time): the
-throughput printed is the median, with the range; p99 and errors cover every run.
+throughput printed is the median, with the range; p99 and errors cover every run. The load
+generator shares the machine (on uvloop, to take as little of it as it can).
 
 Targets (issue 3, one replica, 2 cores): step p50 <= 1 ms at low load; >= 3000 steps/s
 at 64 sessions; 256 sessions with zero errors.
@@ -28,6 +36,13 @@ from pathlib import Path
 
 import httpx
 import websockets
+
+try:
+    import uvloop
+
+    run_loop = uvloop.run
+except ImportError:  # the env extra brings uvloop; without it the client is heavier
+    run_loop = asyncio.run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from env_server.demo_task import demo_tasks_file  # noqa: E402
@@ -131,19 +146,26 @@ async def sweep(url: str, sessions: int, steps: int) -> dict[str, float]:
 
 
 def repeated_sweep(url: str, sessions: int, steps: int, repeat: int) -> dict[str, float]:
-    runs = [asyncio.run(sweep(url, sessions, steps)) for _ in range(repeat)]
+    runs = [run_loop(sweep(url, sessions, steps)) for _ in range(repeat)]
     rates = sorted(r["steps_per_s"] for r in runs)
     return {"sessions": sessions, "steps_per_s": statistics.median(rates), "min": rates[0], "max": rates[-1],
             "p99_ms": max(r["p99_ms"] for r in runs), "errors": sum(r["errors"] for r in runs)}
 
 
-def run_mode(tasks: Path, trace_diffs: str, n: int, sweep_sizes: list[int], sweep_steps: int,
+COLUMNS = {  # name: (--trace-diffs, --sandbox-cpu)
+    "all": ("all", "idle"), "edits": ("edits", "idle"), "normal": ("edits", "normal"),
+}
+TITLES = {"all": "trace-diffs=all", "edits": "trace-diffs=edits", "normal": "edits, cpu=normal"}
+
+
+def run_mode(tasks: Path, column: str, n: int, sweep_sizes: list[int], sweep_steps: int,
              repeat: int) -> dict:
+    trace_diffs, sandbox_cpu = COLUMNS[column]
     with tempfile.TemporaryDirectory() as data:
-        proc, url = start_server(tasks, Path(data), max(sweep_sizes + [8]) + 4, trace_diffs)
+        proc, url = start_server(tasks, Path(data), max(sweep_sizes + [8]) + 4, trace_diffs, sandbox_cpu)
         try:
-            resets, ws_steps = asyncio.run(ws_latency(url, n))
-            mux_steps = asyncio.run(mux_latency(url, n))
+            resets, ws_steps = run_loop(ws_latency(url, n))
+            mux_steps = run_loop(mux_latency(url, n))
             rows = [repeated_sweep(url, s, sweep_steps, repeat) for s in sweep_sizes]
         finally:
             proc.terminate()
@@ -158,15 +180,19 @@ def main() -> None:
     ap.add_argument("--sweep", default="8,64,256")
     ap.add_argument("--sweep-steps", type=int, default=20)
     ap.add_argument("--repeat", type=int, default=3, help="runs per sweep point (median reported)")
-    ap.add_argument("--trace-diffs", choices=["all", "edits", "both"], default="both")
+    ap.add_argument("--columns", default="all,edits,normal",
+                    help=f"server settings to compare, of {','.join(COLUMNS)}")
     a = ap.parse_args()
     tasks = demo_tasks_file()
     sizes = [int(x) for x in a.sweep.split(",") if x]
-    modes = ["all", "edits"] if a.trace_diffs == "both" else [a.trace_diffs]
+    modes = [m for m in a.columns.split(",") if m]
+    unknown = [m for m in modes if m not in COLUMNS]
+    if unknown:
+        ap.error(f"unknown column(s) {unknown}; choose from {list(COLUMNS)}")
     results = {m: run_mode(tasks, m, a.steps, sizes, a.sweep_steps, a.repeat) for m in modes}
     print(f"env-server bench: bash('true'), loopback, {os.cpu_count()} cores, {a.steps} sequential steps, "
           f"sweep points x{a.repeat}")
-    print(f"{'':34}" + "".join(f"{'trace-diffs=' + m:>22}" for m in modes))
+    print(f"{'':34}" + "".join(f"{TITLES[m]:>22}" for m in modes))
     print(f"{'reset p50 (ms)':34}" + "".join(f"{results[m]['reset_ms']:>22.1f}" for m in modes))
     for k in ("ws", "mux"):
         print(f"{'step /' + k + ' p50 / p99 (ms)':34}"

@@ -11,6 +11,7 @@ import asyncio
 import base64
 import itertools
 import json
+import json.scanner
 import time
 import weakref
 from typing import Any, Awaitable, Callable
@@ -18,6 +19,7 @@ from typing import Any, Awaitable, Callable
 from .models import CommandResult, CommandStatus, PathError, SandboxDied, SandboxError
 
 MAX_LINE = 64 * 1024 * 1024
+_scan = json.scanner.make_scanner(json.JSONDecoder())  # one JSON value, no Python layers around it
 WATCHDOG_PERIOD_S = 0.5
 
 
@@ -122,8 +124,8 @@ class RuntimeChannel:
         except asyncio.LimitOverrunError:
             raise SandboxDied("runtime sent an oversized line") from None
         try:
-            reply = json.loads(line)
-        except ValueError:
+            reply, _ = _scan(line.decode("utf-8"), 0)
+        except (StopIteration, ValueError, RecursionError):
             raise SandboxDied("runtime sent malformed JSON") from None
         if not isinstance(reply, dict):
             raise SandboxDied("runtime sent a non-object reply")

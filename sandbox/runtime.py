@@ -318,10 +318,10 @@ def apply_seccomp(deny_inet: bool) -> bool:
 class Shell:
     """The agent's persistent, non-interactive bash.
 
-    Commands go in on stdin as ``eval '<cmd>' </dev/null >&62 2>&62 62>&- 63>&-``:
+    Commands go in on stdin as ``eval '<cmd>' </dev/null >&62 2>&1 62>&- 63>&-``:
     their output comes back on one pipe (fd 62 of the shell: stdout and stderr
-    interleaved), the exit status on another (fd 63) with a per-command nonce, and
-    the command holds neither fd. The shell's own stdout and stderr are /dev/null:
+    interleaved), the exit status on another (fd 63) with a per-command nonce; the
+    command holds neither fd. The shell's own stdout and stderr are /dev/null:
     what bash says between commands (say, that a job the sweep killed is gone,
     which it reports whenever it notices) never lands in a command's output.
     """
@@ -696,7 +696,8 @@ class Runtime:
         else:
             flush = "" if self._sweep else "jobs\n"
         self._jobs_killed = False
-        script = "%seval %s </dev/null >&62 2>&62 62>&- 63>&-\necho %s $? >&63\n" % (flush, shell_quote(cmd), nonce)
+        # 62 and 63 closed for the command: so that even `exec 62>file` there is undone after it.
+        script = "%seval %s </dev/null >&62 2>&1 62>&- 63>&-\necho %s $? >&63\n" % (flush, shell_quote(cmd), nonce)
         start = time.monotonic()
         out = OutputBuffer(self._cap)
         try:  # a shell that died since the last command shows here (EPIPE) and is replaced
