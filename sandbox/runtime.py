@@ -318,12 +318,15 @@ def apply_seccomp(deny_inet: bool) -> bool:
 class Shell:
     """The agent's persistent, non-interactive bash.
 
-    Commands go in on stdin as ``eval '<cmd>' </dev/null >&62 2>&1 62>&- 63>&-``:
-    their output comes back on one pipe (fd 62 of the shell: stdout and stderr
-    interleaved), the exit status on another (fd 63) with a per-command nonce; the
-    command holds neither fd. The shell's own stdout and stderr are /dev/null:
-    what bash says between commands (say, that a job the sweep killed is gone,
-    which it reports whenever it notices) never lands in a command's output.
+    bash reads its script on stdin, per command ``eval '<cmd>' </dev/null >&62 2>&1
+    62>&-`` and ``echo <nonce> $?``. The command's stdout and stderr are the output pipe
+    (the shell's fd 62). The shell's own stdout is the status pipe, which the command
+    never holds (eval's redirection covers it, and is undone even after an ``exec >file``
+    inside): the exit status comes back there with a per-command nonce. The shell's
+    stderr is /dev/null: what bash says between commands (that a job the sweep killed is
+    gone, which it reports whenever it notices) never lands in a command's output.
+    Each redirection costs bash a handful of syscalls per command, and it reads its
+    script byte by byte: the script is as short as it can be.
     """
 
     def __init__(self, env: dict, write_paths=None) -> None:
@@ -339,20 +342,20 @@ class Shell:
             apply_landlock(None, self.write_paths)
 
     def start(self) -> None:
-        out_r, out_w = _pipe_above(63)
-        st_r, st_w = _pipe_above(63)
-        os.dup2(out_w, 62)  # the child's fds 62 and 63 (the parent's copies close below)
-        os.dup2(st_w, 63)
+        cmd_r, cmd_w = _pipe_above(62)
+        out_r, out_w = _pipe_above(62)
+        st_r, st_w = _pipe_above(62)
+        os.dup2(out_w, 62)  # the child's fd 62 (the parent's copy closes below)
         os.close(out_w)
-        os.close(st_w)
-        self.proc = subprocess.Popen(
-            ["bash", "--noprofile", "--norc"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, pass_fds=(62, 63), cwd=WORKSPACE, env=self.env, close_fds=True,
-            preexec_fn=self._restrict if self.write_paths is not None else None)
-        os.close(62)
-        os.close(63)
-        self.out_fd, self.status_fd = out_r, st_r
-        self.in_fd = self.proc.stdin.fileno()
+        try:
+            self.proc = subprocess.Popen(
+                ["bash", "--noprofile", "--norc"], stdin=cmd_r, stdout=st_w, stderr=subprocess.DEVNULL,
+                pass_fds=(62,), cwd=WORKSPACE, env=self.env, close_fds=True,
+                preexec_fn=self._restrict if self.write_paths is not None else None)
+        finally:
+            for fd in (62, cmd_r, st_w):
+                os.close(fd)
+        self.out_fd, self.status_fd, self.in_fd = out_r, st_r, cmd_w
         for fd in (out_r, st_r):
             os.set_blocking(fd, False)
         self.poller = select.poll()
@@ -361,7 +364,7 @@ class Shell:
         self.children_fd = _open_children(self.proc.pid)
 
     def close_fds(self) -> None:
-        for fd in (self.out_fd, self.status_fd, self.children_fd):
+        for fd in (self.in_fd, self.out_fd, self.status_fd, self.children_fd):
             try:
                 os.close(fd)
             except (OSError, TypeError):
@@ -377,7 +380,7 @@ class Shell:
 
 
 def _pipe_above(fd: int) -> tuple:
-    """os.pipe() with both ends numbered above ``fd`` (so 62 and 63 stay free to place)."""
+    """os.pipe() with both ends numbered above ``fd`` (so the shell's fds stay free to place)."""
     import fcntl
 
     ends = []
@@ -687,17 +690,18 @@ class Runtime:
         kill_at = self._kill_at
         sh = self.shell
         nonce = os.urandom(8).hex()
+        nonce_b = nonce.encode()
         # bash reports jobs killed by a signal once it notices, and may notice during the
         # next eval (whose stderr is the output). After a sweep killed some, every job is
         # dead: `wait` reaps them and `jobs` takes the notices, both into /dev/null. Without
         # sweeps, `jobs` before every command (a job that dies later may still be reported).
         if self._jobs_killed:
-            flush = "wait; jobs\n"
+            flush = "wait; jobs >/dev/null\n"
         else:
-            flush = "" if self._sweep else "jobs\n"
+            flush = "" if self._sweep else "jobs >/dev/null\n"
         self._jobs_killed = False
-        # 62 and 63 closed for the command: so that even `exec 62>file` there is undone after it.
-        script = "%seval %s </dev/null >&62 2>&1 62>&- 63>&-\necho %s $? >&63\n" % (flush, shell_quote(cmd), nonce)
+        # 62 closed for the command: so that even `exec 62>file` there is undone after it.
+        script = "%seval %s </dev/null >&62 2>&1 62>&-\necho %s $?\n" % (flush, shell_quote(cmd), nonce)
         start = time.monotonic()
         out = OutputBuffer(self._cap)
         try:  # a shell that died since the last command shows here (EPIPE) and is replaced
@@ -736,10 +740,12 @@ class Runtime:
                     sh.restart()
                     return self._result(out, code, state or "shell_exited", start)
                 status_buf += chunk
-                line = status_buf.split(b"\n", 1)[0] if b"\n" in status_buf else None
-                if line is not None:
-                    parts = line.decode("ascii", "replace").split()
-                    if len(parts) == 2 and parts[0] == nonce:
+                # Anything else the shell prints outside commands (a trap's output, say)
+                # lands here too: only this command's nonce line counts.
+                while b"\n" in status_buf:
+                    line, status_buf = status_buf.split(b"\n", 1)
+                    parts = line.split()
+                    if len(parts) == 2 and parts[0] == nonce_b and parts[1].lstrip(b"-").isdigit():
                         if self._sweep and kill_background(sh):
                             self._jobs_killed = True
                         self._drain(out)
@@ -747,7 +753,8 @@ class Runtime:
                         if state is None:
                             state = "ok" if code == 0 else "nonzero_exit"
                         return self._result(out, code, state, start)
-                    status_buf = status_buf.split(b"\n", 1)[1]
+                if len(status_buf) > 65536:  # no newline in sight: keep only a possible start
+                    status_buf = status_buf[-64:]
             if not ready and sh.proc.poll() is not None:
                 self._drain(out)
                 code = sh.proc.returncode

@@ -304,3 +304,10 @@ async def test_exec_redirections_do_not_blind_later_commands(harness):
         assert res.output == "q\n", res.output
         res = await sb.run("cat /tmp/log; exit 4", timeout_s=10)
         assert res.output.startswith("hidden\nls: cannot access") and res.exit_code == 4, res
+        # traps fire outside the command too (where the shell speaks to the runtime)
+        res = await sb.run("trap 'echo TRAP; echo 0123456789abcdef 0' DEBUG; trap 'echo ERR' ERR", timeout_s=10)
+        res = await sb.run("echo hi; false", timeout_s=10)
+        assert res.status is CommandStatus.nonzero_exit and "hi\n" in res.output, res
+        res = await sb.run("trap - DEBUG ERR; echo plain", timeout_s=10)
+        res = await sb.run("echo plain", timeout_s=10)
+        assert res.output == "plain\n" and res.ok, res
