@@ -703,9 +703,13 @@ class Runtime:
         # 62 closed for the command: so that even `exec 62>file` there is undone after it.
         script = "%seval %s </dev/null >&62 2>&1 62>&-\necho %s $?\n" % (flush, shell_quote(cmd), nonce)
         start = time.monotonic()
+        try:
+            data = script.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as e:  # a lone surrogate: no shell can hold it
+            raise RuntimeFailure("invalid_arguments", "command is not valid Unicode text (position %d)" % e.start)
         out = OutputBuffer(self._cap)
         try:  # a shell that died since the last command shows here (EPIPE) and is replaced
-            _write_all(sh.in_fd, script.encode("utf-8", "surrogateescape"))
+            _write_all(sh.in_fd, data)
         except OSError:
             sh.restart()
             return self._result(out, None, "shell_exited", start)

@@ -311,3 +311,12 @@ async def test_exec_redirections_do_not_blind_later_commands(harness):
         res = await sb.run("trap - DEBUG ERR; echo plain", timeout_s=10)
         res = await sb.run("echo plain", timeout_s=10)
         assert res.output == "plain\n" and res.ok, res
+
+
+async def test_lone_surrogate_command_is_refused_and_session_lives(harness):
+    import pytest
+
+    async with harness.session() as sb:
+        with pytest.raises(ValueError, match="not valid Unicode"):
+            await sb.run("echo \ud800")
+        assert (await sb.run("echo ok")).output == "ok\n"
