@@ -139,7 +139,7 @@ class RuntimeChannel:
             return CommandResult(output="", status=CommandStatus.sandbox_died)
         try:  # every field is coerced to its type here, so no second validation
             code = r.get("exit_code")
-            if code is not None and (type(code) is not int):
+            if code is not None and type(code) is not int:
                 raise TypeError(f"exit_code {code!r} is not an integer")
             changed = r.get("files_changed")
             return CommandResult.model_construct(

@@ -390,7 +390,9 @@ def _pipe_above(fd: int) -> tuple:
     return tuple(ends)
 
 
-SUBREAPER = [False]  # set by setup(): orphans of the agent's processes are re-parented to us
+# Set by setup() once we are a child subreaper (orphans of the agent's processes are
+# re-parented to us): an fd on our own /proc children file. None: every check sweeps.
+OWN_CHILDREN_FD = [None]
 
 
 def _open_children(pid: int):
@@ -399,9 +401,6 @@ def _open_children(pid: int):
         return os.open("/proc/%d/task/%d/children" % (pid, pid), os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
-
-
-_OWN_CHILDREN = [None]  # our own children file, opened once
 
 
 def _children(fd) -> list:
@@ -419,13 +418,12 @@ def only_shell_alive(shell_pid: int, shell_children_fd) -> bool:
     Zombies count as children (a sweep then reaps them). Any doubt (no /proc children
     file, not a subreaper) answers False, and the caller sweeps.
     """
-    if not SUBREAPER[0] or shell_children_fd is None:
+    own = OWN_CHILDREN_FD[0]
+    if own is None or shell_children_fd is None:
         return False
     try:
-        if _OWN_CHILDREN[0] is None:
-            _OWN_CHILDREN[0] = _open_children(os.getpid())
-        return not _children(shell_children_fd) and _children(_OWN_CHILDREN[0]) == [b"%d" % shell_pid]
-    except (OSError, TypeError, ValueError):
+        return not _children(shell_children_fd) and _children(own) == [b"%d" % shell_pid]
+    except (OSError, ValueError):
         return False
 
 
@@ -1020,7 +1018,8 @@ def setup(cfg: dict) -> dict:
                     info["noexec_workspace"] = True
     os.makedirs("/tmp/home", exist_ok=True)
     os.makedirs("/tmp/.pycache", exist_ok=True)
-    SUBREAPER[0] = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0:
+        OWN_CHILDREN_FD[0] = _open_children(os.getpid())
     info["cpu_policy"] = set_cpu_policy(cfg["limits"].get("cpu_policy", "normal"))
     set_rlimits(cfg["limits"])
     if cfg["mode"] == "overlay":
