@@ -15,12 +15,28 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$HERE")
 BASE_IMAGE=${SWE_BASE_IMAGE:-swe-openenv-base:bookworm}
 SANDBOX_IMAGE=${SWE_SANDBOX_IMAGE:-swe-openenv-sandbox:latest}
-MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+MIRROR=${DEBIAN_MIRROR:-}
 LABEL=org.swe-openenv.build-inputs
 TOOLS_LABEL=org.swe-openenv.blocked-tools  # read by sandbox/docker.py (SandboxInfo.blocked_tools_absent)
 RECIPE=2  # bump when this script's build steps change
 
 log() { echo "[build-images] $*" >&2; }
+
+# The Debian mirror this machine's apt already uses (deb822 .sources or one-line sources.list),
+# so no registry host name lives in the repository. $DEBIAN_MIRROR overrides it.
+apt_mirror() {
+    local f uri
+    for f in /etc/apt/sources.list.d/*.sources; do
+        [ -f "$f" ] || continue
+        uri=$(awk '/^URIs:/ {u=$2} /^Suites:/ && u != "" && $0 ~ /bookworm( |$)/ {print u; exit}' "$f")
+        [ -n "$uri" ] && { echo "$uri"; return; }
+    done
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+        [ -f "$f" ] || continue
+        uri=$(awk '$1 == "deb" && $0 ~ / bookworm / {for (i = 2; i <= NF; i++) if ($i ~ /^https?:/) {print $i; exit}}' "$f")
+        [ -n "$uri" ] && { echo "$uri"; return; }
+    done
+}
 
 build_base() {
     if docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
@@ -35,8 +51,10 @@ build_base() {
     local rootfs
     rootfs=$(mktemp -d "${TMPDIR:-/tmp}/swe-rootfs.XXXXXX")
     trap 'rm -rf "$rootfs"' RETURN
-    log "debootstrap --variant=minbase bookworm from $MIRROR (takes ~1.5 min)"
-    debootstrap --variant=minbase bookworm "$rootfs" "$MIRROR" >"$rootfs.log" 2>&1 \
+    local mirror=${MIRROR:-$(apt_mirror)}
+    [ -n "$mirror" ] || { log "no Debian bookworm mirror in this machine's apt sources: set DEBIAN_MIRROR"; return 1; }
+    log "debootstrap --variant=minbase bookworm from $mirror (takes ~1.5 min)"
+    debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >"$rootfs.log" 2>&1 \
         || { tail -n 30 "$rootfs.log" >&2; rm -f "$rootfs.log"; return 1; }
     rm -f "$rootfs.log"
     # Mirrors here may serve Release files past their Valid-Until date.
