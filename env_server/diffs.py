@@ -1,8 +1,12 @@
 """Git-style text diffs: split per file, drop what grading must not apply, normalise.
 
-The grader applies only the agent's *text* changes to *source* files: binary
-patches, bytecode and test files (by name, or touched by the task's test_patch)
-are dropped so an agent can neither plant a .pyc nor rewrite the hidden tests.
+The grader applies only the agent's *text* changes to *source* files. Dropped,
+each with its reason: binary patches, bytecode, symlinks, test files (by name,
+or touched by the task's test_patch), test-runner configuration (pytest/tox/
+setup.cfg/pyproject files, conftest.py anywhere), modules that would shadow the
+test runner or hook interpreter start-up (``pytest``, ``_pytest``, ``pluggy``,
+``py``, ``sitecustomize``, ``usercustomize``, ``*.pth``) and package metadata
+that could register plugins (``*.dist-info``, ``*.egg-info``).
 """
 
 from __future__ import annotations
@@ -14,6 +18,12 @@ from dataclasses import dataclass
 _HEADER = re.compile(r"^diff --git a/(.*?) b/(.*)$")
 _TEST_NAME = re.compile(r"(^|/)(tests?|testing)/|(^|/)test_[^/]*\.py$|_tests?\.py$|(^|/)conftest\.py$")
 _BYTECODE = re.compile(r"\.py[co]$|(^|/)__pycache__/")
+_RUNNER_CONFIG = re.compile(r"(^|/)(pytest\.ini|\.pytest\.ini|tox\.ini|setup\.cfg|pyproject\.toml|conftest\.py)$")
+# Top-level names of the test runner and of interpreter start-up hooks: a module or
+# package with one of these names anywhere could be imported instead of the real one.
+RUNNER_MODULES = ("pytest", "_pytest", "pluggy", "py", "iniconfig", "sitecustomize", "usercustomize")
+_SHADOW = re.compile(r"(^|/)(%s)(\.py|/)" % "|".join(re.escape(m) for m in RUNNER_MODULES))
+_STARTUP = re.compile(r"\.pth$|(^|/)[^/]+\.(dist-info|egg-info|egg-link)(/|$)")
 
 
 @dataclass(frozen=True)
@@ -25,6 +35,10 @@ class FileDiff:
     @property
     def paths(self) -> set[str]:
         return {p for p in (self.old_path, self.new_path) if p != "/dev/null"}
+
+    @property
+    def symlink(self) -> bool:
+        return re.search(r"^(new file mode|new mode|old mode|deleted file mode|index \S+) 120000$", self.text, re.M) is not None
 
     @property
     def binary(self) -> bool:
@@ -57,14 +71,33 @@ def touched_paths(diff: str) -> set[str]:
     return {p for block in split_diff(diff) for p in block.paths}
 
 
+def drop_reason(block: FileDiff, protected: set[str] = frozenset()) -> str | None:
+    """Why ``block`` must not reach the grading tree (None: it is applied)."""
+    paths = block.paths
+    if block.binary:
+        return "binary"
+    if any(_BYTECODE.search(p) for p in paths):
+        return "bytecode"
+    if block.symlink:
+        return "symlink"
+    if any(_RUNNER_CONFIG.search(p) for p in paths):
+        return "test-runner configuration"
+    if any(_SHADOW.search(p) for p in paths):
+        return "shadows the test runner"
+    if any(_STARTUP.search(p) for p in paths):
+        return "interpreter start-up or package metadata"
+    if any(is_test_path(p) or p in protected for p in paths):
+        return "test file"
+    return None
+
+
 def filter_diff(diff: str, protected: set[str] = frozenset()) -> tuple[str, list[str]]:
-    """The applicable part of an agent diff, and the paths that were dropped (with why)."""
+    """The applicable part of an agent diff, and the paths that were dropped (``"path (reason)"``)."""
     kept: list[str] = []
     dropped: list[str] = []
     for block in split_diff(diff):
         path = block.new_path if block.new_path != "/dev/null" else block.old_path
-        reason = ("binary" if block.binary else "bytecode" if any(_BYTECODE.search(p) for p in block.paths)
-                  else "test file" if any(is_test_path(p) or p in protected for p in block.paths) else None)
+        reason = drop_reason(block, protected)
         if reason:
             dropped.append(f"{path} ({reason})")
         else:

@@ -40,6 +40,7 @@ KIND_TABLE: dict[ErrorKind, tuple[str, ErrorSource]] = {
     ErrorKind.unknown_tool: ("tool.unknown", A),
     ErrorKind.sandbox_error: ("infra.sandbox", I),
     ErrorKind.grading_error: ("env.grading", E),
+    ErrorKind.grading_tampered: ("grading.tampered", A),
 }
 
 _PATH_REASONS = {

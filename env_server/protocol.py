@@ -70,6 +70,18 @@ class ErrorKind(str, Enum):
     unknown_tool = "unknown_tool"
     sandbox_error = "sandbox_error"
     grading_error = "grading_error"
+    grading_tampered = "grading_tampered"  # the submission forced test outcomes: reward 0 (docs/grading.md)
+
+
+class SuspicionReason(str, Enum):
+    """Closed set of ``metadata.suspicious`` flags the submission monitor raises (reward unchanged)."""
+
+    runner_internals = "runner_internals"  # reaches into pytest/pluggy/unittest reporting
+    process_exit = "process_exit"  # os._exit, sys.exit, kill, atexit
+    import_machinery = "import_machinery"  # sys.modules / meta_path / builtins / trace hooks / __code__
+    report_paths = "report_paths"  # JUnit / report paths, sys.argv
+    grader_detection = "grader_detection"  # behaves differently under the test runner or CI
+    test_name_special_casing = "test_name_special_casing"  # names tests or node ids in library code
 
 
 class ErrorSource(str, Enum):
