@@ -180,7 +180,7 @@ def container_kwargs(
     ]
     if python_env is not None:
         env_path = str(Path(python_env).absolute())
-        mounts.append(Mount(venv_mount_point(env_path), opts.host_path(Path(python_env)), **ro))
+        mounts.append(Mount(venv_mount_point(env_path, relocate=True), opts.host_path(Path(python_env)), **ro))
     tmpfs_opts = "rw,noexec,nosuid,nodev"
     return dict(
         image=image,
@@ -503,7 +503,9 @@ class DockerSandbox(Sandbox):
 
 def init_message(spec: WorkspaceSpec, config: SandboxConfig, base_commit: str) -> dict[str, Any]:
     """The runtime's init line for a copied workspace (see sandbox/runtime_config.py)."""
-    venv = venv_mount_point(str(Path(spec.python_env).absolute())) if spec.python_env is not None else None
+    # Relocated: the image's own folders on the host path (/root is 0700) may not let the agent's uid through.
+    venv = (venv_mount_point(str(Path(spec.python_env).absolute()), relocate=True)
+            if spec.python_env is not None else None)
     return runtime_init(spec, config, mode="copy", template=TEMPLATE_MOUNT, upper="",
                         base_commit=base_commit, venv=venv, extra_exec_paths=[])
 

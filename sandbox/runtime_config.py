@@ -16,10 +16,10 @@ SANDBOX_OWNED = ("/tmp", "/workspace", "/dev", "/proc", "/.swe", "/etc")
 RELOCATED_VENV = "/opt/swe-python-env"
 
 
-def venv_mount_point(venv: str) -> str:
-    """Where a task's python_env appears inside the sandbox."""
+def venv_mount_point(venv: str, relocate: bool = False) -> str:
+    """Where a task's python_env appears inside the sandbox (``relocate``: always at RELOCATED_VENV)."""
     hidden = any(venv == p or venv.startswith(p + "/") for p in SANDBOX_OWNED)
-    return RELOCATED_VENV if hidden else venv
+    return RELOCATED_VENV if hidden or relocate else venv
 
 
 def shell_env(spec: WorkspaceSpec, venv: str | None) -> dict[str, str]:

@@ -231,9 +231,10 @@ async def _grade_in_sandbox(task: TaskInstance, agent_diff: str, dropped: list[s
         # is charged to the agent (a trainer masks env/infra failures, which the policy must never reach).
         # With no agent diff, the task is broken.
         source = "agent" if agent_diff.strip() else "env"
-        if summary is None:
-            return GradeResult(reward=0.0, mode=mode, applied=applied, dropped=dropped, error_source="env",
-                               error="the grading supervisor gave no summary", log_tail=output[-LOG_TAIL_CHARS:])
+        if summary is None:  # killed or starved by what ran under it (or the task's python is broken)
+            return GradeResult(reward=0.0, mode=mode, applied=applied, dropped=dropped, error_source=source,
+                               error="no test report: the grading supervisor gave no summary",
+                               log_tail=output[-LOG_TAIL_CHARS:])
         log_tail = str(summary.get("log_tail", ""))
         if summary.get("timed_out"):
             return GradeResult(reward=0.0, mode=mode, applied=applied, dropped=dropped, error_source=source,

@@ -1,4 +1,4 @@
-"""``env-server tasks build|validate`` (also ``python -m env_server.taskgen build|validate``)."""
+"""``env-server tasks build|validate|reverify`` (also ``python -m env_server.taskgen ...``)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from .sources import TaskgenError
 
 
 def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``tasks`` with ``build`` and ``validate`` to a parser's subcommands."""
-    tasks = subparsers.add_parser("tasks", help="build or validate task files")
+    """Add ``tasks`` with ``build``, ``validate`` and ``reverify`` to a parser's subcommands."""
+    tasks = subparsers.add_parser("tasks", help="build or validate task files, re-grade finished episodes")
     sub = tasks.add_subparsers(dest="tasks_command", required=True)
     add_task_commands(sub)
 
@@ -40,6 +40,17 @@ def add_task_commands(sub: argparse._SubParsersAction) -> None:
                           help="sandbox used by the grader; 'host' runs the tests without a sandbox")
     validate.add_argument("--concurrency", type=int, default=2)
     validate.set_defaults(func=_validate)
+
+    reverify = sub.add_parser("reverify", help="re-grade finished episodes from their traces with the current "
+                                               "grader and report every reward that changes")
+    reverify.add_argument("--traces", type=Path, required=True, metavar="DIR",
+                          help="the server's --data-dir (its traces/ is used) or a folder of <episode_id>.jsonl")
+    reverify.add_argument("--tasks", type=Path, required=True, metavar="FILE", help="the task file the server used")
+    reverify.add_argument("--backend", choices=["bwrap", "docker"], default="bwrap")
+    reverify.add_argument("--concurrency", type=int, default=2)
+    reverify.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the report as JSON")
+    reverify.add_argument("--fail-on-change", action="store_true", help="exit 1 when any reward changed")
+    reverify.set_defaults(func=_reverify)
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -75,6 +86,24 @@ def _validate(args: argparse.Namespace) -> int:
         return 2
     print(report.table())
     return 0 if report.ok else 1
+
+
+def _reverify(args: argparse.Namespace) -> int:
+    from env_server.reverify import ReverifyError, reverify
+    from env_server.task import TaskFileError
+
+    if args.json is not None and not args.json.parent.is_dir():
+        print(f"env-server tasks reverify: no such folder for --json: {args.json.parent}", file=sys.stderr)
+        return 2
+    try:
+        report = asyncio.run(reverify(args.traces, args.tasks, backend=args.backend, concurrency=args.concurrency))
+    except (ReverifyError, TaskFileError) as exc:
+        print(f"env-server tasks reverify: {exc}", file=sys.stderr)
+        return 2
+    print(report.table())
+    if args.json is not None:
+        args.json.write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    return 1 if args.fail_on_change and report.changed else 0
 
 
 def main(argv: list[str] | None = None) -> int:
