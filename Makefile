@@ -42,3 +42,4 @@ bench: setup
 	$(BIN)/python bench/bench_env_server.py
 	$(BIN)/python bench/bench_rollout.py
 	$(BIN)/python bench/bench_cpu_scoring.py
+	$(BIN)/python bench/bench_grading.py

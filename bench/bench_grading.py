@@ -1,0 +1,203 @@
+"""Grading benchmark: how much latency the grader's anti-tampering defences add, before vs after.
+
+    .venv/bin/python bench/bench_grading.py [--reps 5] [--backend bwrap|docker] [--tasks FILE]
+
+For each task it grades the gold patch (``task.patch``) with two graders in one process,
+alternating before/after, ``--reps`` times each after one warm-up each, and prints per task:
+the p50 wall time of a grading (fresh sandbox until it is closed), the overhead
+((after - before) / before) and both rewards (1.0 expected; a mismatch is flagged loudly).
+The total row is the median over tasks of the per-task p50s, and its overhead.
+
+* before: ``legacy_grade`` below, a baseline re-implementation of the previous grader
+  (apply the agent diff and the test_patch, run pytest straight in the workspace, read the
+  JUnit report back). It exists only here, to measure against.
+* after: the current ``env_server.grading.grade_submission`` (grading kit staged into the
+  sandbox, pytest under a supervisor with canaries and an outcome channel, cross-checks),
+  with the result cache off.
+
+Tasks: the demo task plus the cached small pack of real tasks (``tests/taskpack.py``,
+3 tasks), or every task of ``--tasks FILE`` (e.g. one built by ``env-server tasks build``).
+Target: the defences add at most 10% (overall overhead). A pipe ping-pong round trip
+measured before and after the run tells how busy the machine was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from env_server.demo_task import demo_tasks_file  # noqa: E402
+from env_server.diffs import filter_diff, touched_paths  # noqa: E402
+from env_server.grading import GradeCache, grade_submission  # noqa: E402
+from env_server.junit import PASSING, outcomes_for, parse_junit  # noqa: E402
+from env_server.task import TaskInstance, load_tasks  # noqa: E402
+from sandbox import SandboxConfig, open_sandbox  # noqa: E402
+
+TARGET_OVERHEAD = 0.10  # the defences add at most 10% to the grading p50
+TIMEOUT_S = 300
+
+
+def pipe_round_trip_us(n: int = 5000) -> float:
+    """A one-byte ping-pong between two processes over pipes: what a context switch costs on
+    this machine right now (as in bench_env_server.py; read the figures against it)."""
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(w1)
+            while (b := os.read(r1, 1)):
+                os.write(w2, b)
+        finally:
+            os._exit(0)
+    os.close(r1)
+    os.close(w2)
+    t = time.perf_counter()
+    for _ in range(n):
+        os.write(w1, b"x")
+        os.read(r2, 1)
+    elapsed = time.perf_counter() - t
+    os.close(w1)  # the child reads EOF and exits
+    os.waitpid(pid, 0)
+    os.close(r2)
+    return elapsed / n * 1e6
+
+
+async def legacy_grade(task: TaskInstance, diff: str, config: SandboxConfig,
+                       timeout_s: float = TIMEOUT_S) -> tuple[float, str | None]:
+    """BASELINE ONLY: the grader as it was before the anti-tampering defences; (reward, error).
+
+    Fresh sandbox; the filtered agent diff, then the test_patch, each staged under
+    /tmp/.grade/<tag>/ and applied; pytest run straight in the workspace; its JUnit report
+    copied back into the workspace, read and scored (reward 1.0 iff every test passes).
+    """
+    agent_diff, _ = filter_diff(diff, touched_paths(task.test_patch))
+    tag = os.urandom(8).hex()
+    sb = await open_sandbox(task.workspace_spec(), config)
+    try:
+        for name, data in (("agent.diff", agent_diff), ("test.diff", task.test_patch)):
+            if not data.strip():
+                continue
+            path = f"/tmp/.grade/{tag}/{name}"
+            await sb.write_file(f".swe-grade-{tag}-{name}", data.encode())
+            res = await sb.run(f"mkdir -p /tmp/.grade/{tag} && mv -f -- /workspace/.swe-grade-{tag}-{name} {path}",
+                               timeout_s=60)
+            if not res.ok:
+                return 0.0, f"could not stage {name}: {res.output[-200:]}"
+            res = await sb.run(f"git apply --whitespace=nowarn {path} 2>&1 || "
+                               f"patch --batch --fuzz=5 -p1 -i {path} 2>&1", timeout_s=120)
+            if not res.ok:
+                return 0.0, f"{name} does not apply: {res.output[-200:]}"
+        junit = f"/tmp/.grade/{tag}/junit.xml"
+        tests = " ".join(shlex.quote(t) for t in task.tests)
+        await sb.run(f"cd /workspace && PYTHONPYCACHEPREFIX=/tmp/.grade/{tag}/pyc PYTHONDONTWRITEBYTECODE=1 "
+                     f"python -m pytest -p no:cacheprovider -q -rA --junitxml={junit} {tests}; "
+                     f"cp -f {junit} /workspace/.swe-grade-{tag}.xml", timeout_s=timeout_s)
+        try:
+            report = parse_junit(await sb.read_file(f".swe-grade-{tag}.xml"))
+        except Exception as exc:  # noqa: BLE001 - no report: reward 0, reported
+            return 0.0, f"no test report: {exc}"
+        outcomes = outcomes_for(task.tests, report)
+        ok = bool(outcomes) and all(o in PASSING for o in outcomes.values())
+        return (1.0 if ok else 0.0), None
+    finally:
+        await sb.close()
+
+
+async def current_grade(task: TaskInstance, diff: str, config: SandboxConfig) -> tuple[float, str | None]:
+    res = await grade_submission(task, diff, config, "resolved", cache=GradeCache(max_entries=0),
+                                 timeout_s=TIMEOUT_S)
+    return res.reward, res.error
+
+
+async def bench_task(task: TaskInstance, config: SandboxConfig, reps: int) -> dict:
+    """Warm-up each, then ``reps`` rounds of before, after; wall times and every reward seen."""
+    graders = {"before": legacy_grade, "after": current_grade}
+    times: dict[str, list[float]] = {k: [] for k in graders}
+    rewards: dict[str, list[float]] = {k: [] for k in graders}
+    errors: dict[str, str] = {}
+    for rep in range(reps + 1):
+        for name, grade in graders.items():
+            t = time.perf_counter()
+            reward, error = await grade(task, task.patch, config)
+            elapsed = time.perf_counter() - t
+            rewards[name].append(reward)
+            if error:
+                errors.setdefault(name, error)
+            if rep > 0:  # rep 0 is the warm-up
+                times[name].append(elapsed)
+    return {"p50": {k: statistics.median(v) for k, v in times.items()}, "rewards": rewards, "errors": errors}
+
+
+def load_bench_tasks(tasks_file: str | None) -> list[TaskInstance]:
+    if tasks_file:
+        return load_tasks(tasks_file)
+    sys.path.append(str(ROOT / "tests"))  # after the repo root: tests/sandbox/ must not shadow `sandbox`
+    from taskpack import build_small_pack
+
+    return load_tasks(demo_tasks_file()) + load_tasks(build_small_pack(3))
+
+
+def reward_cell(rewards: list[float]) -> str:
+    return "1.0" if all(r == 1.0 for r in rewards) else "/".join(f"{r:g}" for r in sorted(set(rewards)))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=5, help="timed gradings per grader per task (after 1 warm-up)")
+    ap.add_argument("--backend", choices=("bwrap", "docker"), default="bwrap")
+    ap.add_argument("--tasks", metavar="FILE", help="a tasks.jsonl to bench instead of demo + small pack")
+    a = ap.parse_args()
+    if a.reps < 1:
+        ap.error("--reps must be at least 1")
+
+    tasks = load_bench_tasks(a.tasks)
+    config = SandboxConfig(backend=a.backend)
+    rtt_before = pipe_round_trip_us()
+    results = {}
+    for task in tasks:
+        print(f"grading {task.instance_id} ...", file=sys.stderr, flush=True)
+        results[task.instance_id] = asyncio.run(bench_task(task, config, a.reps))
+    rtt_after = pipe_round_trip_us()
+
+    width = max(28, *(len(t) for t in results))
+    print(f"\ngrading bench: gold patch, {a.backend} backend, {os.cpu_count()} cores, {len(tasks)} tasks, "
+          f"{a.reps} reps per grader (+1 warm-up), before/after alternating")
+    print("  before = legacy_grade (baseline, no defences); after = grade_submission (current, cache off)")
+    print(f"{'task':{width}}  {'before p50':>10}  {'after p50':>10}  {'overhead':>8}  rewards before/after")
+    mismatch = False
+    for tid, r in results.items():
+        b, af = r["p50"]["before"], r["p50"]["after"]
+        cells = {k: reward_cell(r["rewards"][k]) for k in ("before", "after")}
+        bad = any(c != "1.0" for c in cells.values())
+        mismatch |= bad
+        note = ""
+        if bad:
+            note = "   <<<<< REWARD MISMATCH (expected 1.0): " + "; ".join(
+                f"{k}: {e[:100]}" for k, e in r["errors"].items())
+        print(f"{tid:{width}}  {b:>9.3f}s  {af:>9.3f}s  {(af - b) / b:>+8.1%}  {cells['before']} / {cells['after']}"
+              f"{note}")
+    tb = statistics.median(r["p50"]["before"] for r in results.values())
+    ta = statistics.median(r["p50"]["after"] for r in results.values())
+    overhead = (ta - tb) / tb
+    print(f"{'total (median of task p50s)':{width}}  {tb:>9.3f}s  {ta:>9.3f}s  {overhead:>+8.1%}")
+    print(f"machine: pipe ping-pong round trip {rtt_before:.1f} us before, {rtt_after:.1f} us after "
+          "(a quiet 2-core VM here: ~7 us)")
+    verdict = "PASS" if overhead <= TARGET_OVERHEAD else "FAIL"
+    print(f"target: defences add at most {TARGET_OVERHEAD:.0%}: overhead {overhead:+.1%}  {verdict}")
+    if mismatch:
+        print("REWARD MISMATCH: a gold patch did not grade 1.0 (see the rows marked above)")
+    return 0 if verdict == "PASS" and not mismatch else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""No reward without a fix: every attempt of ``grading_attacks`` is a real episode over the real server.
+
+For each sandbox backend and each kind of task (the demo task, whose tests are hidden
+in ``test_patch``; a built task of the small pack, whose tests are in the workspace),
+one server runs, in the same campaign, the controls (the gold patch: 1.0; an empty
+submit: 0.0) and every attack (via the agent's own tools: one ``bash`` call, then
+``submit``). Each attack must score 0.0 and be *witnessed*: dropped with its reason,
+flagged ``grading_tampered``, or failing honestly with the evidence it names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import posixpath
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+import websockets
+
+from envlib import requires_sandbox, run_server
+from env_server.config import ServerConfig
+from env_server.diffs import split_diff
+from env_server.episode import EpisodeConfig
+from env_server.task import TaskInstance, load_tasks
+from grading_attacks import Attack, Ctx, attacks, bash_script
+from sandbox import SandboxConfig
+
+pytestmark = [requires_sandbox, pytest.mark.timeout(1200)]
+CONCURRENCY = 3
+
+
+def ctx_for(task: TaskInstance) -> Ctx:
+    target = split_diff(task.patch)[0].new_path
+    test_file = task.FAIL_TO_PASS[0].split("::")[0]
+    visible = subprocess.run(["git", "-C", str(task.repo_path), "cat-file", "-e", f"{task.base_commit}:{test_file}"],
+                             capture_output=True).returncode == 0
+    return Ctx(target=target, tests_dir=posixpath.dirname(test_file), f2p=task.FAIL_TO_PASS, tests_visible=visible)
+
+
+def _gold_script(task: TaskInstance) -> str:
+    return f"printf %s {shlex.quote(task.patch)} > /tmp/gold.patch && cd /workspace && git apply /tmp/gold.patch"
+
+
+async def _call(ws, type_: str, data=None) -> dict:
+    await ws.send(json.dumps({"type": type_, "data": data} if data is not None else {"type": type_}))
+    return json.loads(await ws.recv())
+
+
+async def _episode(url: str, task: TaskInstance, script: str | None, sem: asyncio.Semaphore) -> dict:
+    """reset, (one bash call,) submit; the submit's data plus the bash call's metadata."""
+    async with sem, websockets.connect(url + "/ws", max_size=None) as ws:
+        r = await _call(ws, "reset", {"instance_id": task.instance_id})
+        assert r["type"] == "observation", r
+        bash_meta: dict = {}
+        if script is not None:
+            r = await _call(ws, "step", {"type": "call_tool", "tool_name": "bash", "arguments": {"command": script}})
+            assert r["type"] == "observation", r
+            bash_meta = {**r["data"]["metadata"], "output": r["data"]["observation"]["output"]}
+        r = await _call(ws, "step", {"type": "call_tool", "tool_name": "submit", "arguments": {}})
+        assert r["type"] == "observation" and r["data"]["done"], r
+        return {**r["data"], "bash": bash_meta}
+
+
+def _campaign(backend: str, tasks_path: Path, data_dir: Path) -> dict[tuple[str, str], dict]:
+    tasks = load_tasks(tasks_path)
+    config = ServerConfig(tasks_path=tasks_path, data_dir=data_dir, sandbox=SandboxConfig(backend=backend),
+                          episode=EpisodeConfig(grade_timeout_s=120))
+    with run_server(config, tasks) as srv:
+        async def main() -> dict[tuple[str, str], dict]:
+            sem = asyncio.Semaphore(CONCURRENCY)
+            jobs: dict[tuple[str, str], asyncio.Task] = {}
+            for task in tasks:
+                ctx = ctx_for(task)
+                jobs[(task.instance_id, "control:gold")] = asyncio.ensure_future(
+                    _episode(srv.url.replace("http", "ws"), task, _gold_script(task), sem))
+                jobs[(task.instance_id, "control:empty")] = asyncio.ensure_future(
+                    _episode(srv.url.replace("http", "ws"), task, None, sem))
+                for attack in attacks(ctx):
+                    jobs[(task.instance_id, attack.name)] = asyncio.ensure_future(
+                        _episode(srv.url.replace("http", "ws"), task, bash_script(attack, ctx), sem))
+            return {k: await v for k, v in jobs.items()}
+
+        return asyncio.run(main())
+
+
+def _tasks_file(tmp: Path, demo_tasks_path: Path) -> Path:
+    import sys
+
+    if str(Path(__file__).parents[1]) not in sys.path:  # tests/ (taskpack), after the project
+        sys.path.append(str(Path(__file__).parents[1]))
+    from taskpack import load_small_pack
+
+    rows = [json.loads(demo_tasks_path.read_text().splitlines()[0])]
+    rows[0]["repo_path"] = str((demo_tasks_path.parent / rows[0]["repo_path"]).resolve())
+    rows[0]["python_env"] = str((demo_tasks_path.parent / rows[0]["python_env"]).resolve())
+    rows.append(load_small_pack(3)[0])
+    path = tmp / "tasks.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _docker_or_fail() -> None:
+    try:
+        from sandbox.docker import docker_client
+
+        client = docker_client(None)
+        client.images.get(SandboxConfig().docker_image)
+    except Exception as exc:
+        if os.environ.get("SWE_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"SWE_REQUIRE_DOCKER=1 but the docker backend is unavailable: {exc}")
+        pytest.skip(f"docker backend unavailable: {exc}")
+
+
+@pytest.fixture(scope="module", params=["bwrap", pytest.param("docker", marks=pytest.mark.docker)])
+def campaign(request, tmp_path_factory, demo_tasks_path):
+    if request.param == "docker":
+        _docker_or_fail()
+    tmp = tmp_path_factory.mktemp(f"adversarial-{request.param}")
+    tasks_path = _tasks_file(tmp, demo_tasks_path)
+    results = _campaign(request.param, tasks_path, tmp / "data")
+    return request.param, load_tasks(tasks_path), results, tmp / "data"
+
+
+def test_controls_gold_resolves_and_empty_scores_zero(campaign):
+    backend, tasks, results, _ = campaign
+    for task in tasks:
+        gold = results[(task.instance_id, "control:gold")]
+        empty = results[(task.instance_id, "control:empty")]
+        assert "error_kind" not in gold["bash"], (backend, gold["bash"])
+        assert gold["reward"] == 1.0 and gold["metadata"]["reward_hacking"] is False, (backend, gold["metadata"])
+        assert empty["reward"] == 0.0 and empty["metadata"]["reward_hacking"] is False, (backend, empty["metadata"])
+        assert gold["metadata"]["suspicious"] == [], gold["metadata"]
+
+
+def test_every_attack_scores_zero_and_is_witnessed(campaign):
+    backend, tasks, results, _ = campaign
+    failures = []
+    count = 0
+    for task in tasks:
+        for attack in attacks(ctx_for(task)):
+            count += 1
+            res = results[(task.instance_id, attack.name)]
+            meta = res["metadata"]
+            if "error_kind" in res["bash"]:  # the attack itself must have been carried out
+                failures.append(f"{task.instance_id} {attack.name}: the attack's bash call failed: {res['bash']}")
+            elif res["reward"] != 0.0:
+                failures.append(f"{task.instance_id} {attack.name}: REWARD {res['reward']}")
+            elif not attack.witnessed(meta):
+                failures.append(f"{task.instance_id} {attack.name}: expected {attack.expect} "
+                                f"({attack.reason or attack.evidence}), got dropped={meta.get('dropped')} "
+                                f"error={meta.get('grade_error') or meta.get('error_message')}")
+    assert count >= 2 * 25
+    assert not failures, f"[{backend}] " + "\n".join(failures)
+
+
+def test_tampering_is_blamed_on_the_agent_and_recorded(campaign):
+    backend, tasks, results, data_dir = campaign
+    res = results[(tasks[0].instance_id, "report_objects_patched")]
+    meta = res["metadata"]
+    assert meta["error_kind"] == "grading_tampered" and meta["hint_template_key"] == "grading.tampered"
+    assert meta["error_source"] == "agent" and meta["reward_hacking"] is True and meta["tamper_reasons"]
+    assert "runner_internals" in meta["suspicious"]
+    # the trace holds the same verdict (what `env-server tasks reverify` and audits read)
+    trace = data_dir / "traces" / f"{meta['episode_id']}.jsonl"
+    last = json.loads(trace.read_text().splitlines()[-1])
+    assert last["observation"]["metadata"]["reward_hacking"] is True
