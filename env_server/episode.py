@@ -157,7 +157,9 @@ class Episode:
         self.done = True
         self.reward = grade.reward
         meta = {**obs.metadata, **grade.metadata()}
-        if grade.error and grade.error_source in ("env", "infra"):
+        if grade.tampered:
+            meta.update(failure(ErrorKind.grading_tampered, grade.error or "grading tampered").metadata())
+        elif grade.error and grade.error_source in ("env", "infra"):
             kind = ErrorKind.sandbox_error if grade.error_source == "infra" else ErrorKind.grading_error
             meta.update(failure(kind, grade.error).metadata())
         summary = (f"Submitted. Hidden tests: {grade.tests_passed} passed, {grade.tests_failed} failed. "

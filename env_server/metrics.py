@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from .protocol import SuspicionReason
+
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0, 120.0, 600.0)
 
 
@@ -20,6 +22,12 @@ class Metrics:
                                    registry=r)
         self.protocol_errors = Counter("envserver_protocol_errors_total", "error frames sent", ["code"], registry=r)
         self.rewards = Counter("envserver_graded_total", "graded episodes", ["resolved"], registry=r)
+        self.reward_hacking = Counter("envserver_reward_hacking_total",
+                                      "graded episodes whose grading detected tampering", registry=r)
+        self.suspicious = Counter("envserver_suspicious_submissions_total",
+                                  "monitor flags on graded episodes, one per reason", ["reason"], registry=r)
+        for reason in SuspicionReason:  # every series exists from the start (at 0)
+            self.suspicious.labels(reason.value)
         self._step_counters: dict[str, Counter] = {}
 
     def step_counter(self, tool: str) -> Counter:

@@ -24,13 +24,14 @@ from .episode import Episode
 from .errors import ProtocolError
 from .grading import GradeCache
 from .metrics import Metrics
-from .protocol import Action, EpisodeState, ErrorCode, ResetParams, StateParams, SWEObservation
+from .protocol import Action, EpisodeState, ErrorCode, ResetParams, StateParams, SuspicionReason, SWEObservation
 from .task import TaskInstance
 from .tools import TOOL_SPECS
 from .traces import TraceError, TraceStore, state_at
 
 log = logging.getLogger(__name__)
 _METRIC_TOOLS = frozenset({t.name for t in TOOL_SPECS} | {"list_tools"})
+_SUSPICION_REASONS = frozenset(r.value for r in SuspicionReason)
 _ACTION = TypeAdapter(Action)
 
 
@@ -211,6 +212,12 @@ class EnvService:
             m.tool_errors.labels(obs.metadata["error_kind"], obs.metadata["error_source"]).inc()
         if obs.done and obs.reward is not None:
             m.rewards.labels(str(bool(obs.metadata.get("resolved")))).inc()
+            if obs.metadata.get("reward_hacking") is True:
+                m.reward_hacking.inc()
+            flags = obs.metadata.get("suspicious")
+            if isinstance(flags, list):  # only the closed SuspicionReason set: label cardinality stays bounded
+                for reason in _SUSPICION_REASONS.intersection(f for f in flags if isinstance(f, str)):
+                    m.suspicious.labels(reason).inc()
 
     async def reap_idle(self, interval_s: float = 5.0) -> None:
         """Forever: close detached sessions idle past the timeout (never attached ones)."""

@@ -10,7 +10,9 @@ the same sockets.
 
 Per turn, `turns` records (turn index, tool name, error_kind, hint_template_key,
 error_source) from the observation metadata; the trainer turns failing agent turns into
-token-indexed error sites for the loss channels.
+token-indexed error sites for the loss channels. The final (graded) observation's hack-attempt
+signals are kept as `reward_hacking` (grading detected tampering: reward 0) and `suspicious`
+(the monitor's flags, reward unchanged); the trainer sums them per step.
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ class SweEnvironment:
         self.done = False
         self.infra_error: str | None = None
         self.instance_id: str | None = None
+        self.reward_hacking = False
+        self.suspicious: tuple[str, ...] = ()
 
     # ------------------------------------------------------------ lifecycle
     def _reset_kwargs(self, row: dict) -> dict:
@@ -101,6 +105,7 @@ class SweEnvironment:
             session, obs = self.runtime.run(self.runtime.pool.open_session(**kwargs))
         self._session = session
         self.turns, self.reward, self.done, self.infra_error = [], None, False, None
+        self.reward_hacking, self.suspicious = False, ()
         self.instance_id = (obs.get("metadata") or {}).get("instance_id", kwargs.get("instance_id"))
         return str(obs.get("issue") or obs.get("output") or "")
 
@@ -206,6 +211,9 @@ class SweEnvironment:
         if obs.get("done"):
             self.done = True
             self.reward = obs.get("reward")
+            self.reward_hacking = meta.get("reward_hacking") is True
+            flags = meta.get("suspicious")
+            self.suspicious = tuple(f for f in flags if isinstance(f, str)) if isinstance(flags, list) else ()
             if meta.get("error_source") in ("env", "infra"):  # e.g. grading failed, the sandbox died
                 self.infra_error = f"{meta.get('error_kind')}: {meta.get('error_message', '')}"
         return self._format(obs)

@@ -13,8 +13,8 @@ from transformers import TrainerCallback
 __all__ = ["MetricsCallback", "plot_metrics"]
 
 #: what the stdout line shows first (when present), then loss channels and error kinds
-HEADLINE = ("reward", "reward_std", "loss", "tools/call_frequency", "tools/failure_frequency",
-            "env/error_sites_per_rollout", "env/infra_failures")
+HEADLINE = ("reward", "reward_std", "env/reward_hacking", "env/suspicious_submissions", "loss",
+            "tools/call_frequency", "tools/failure_frequency", "env/error_sites_per_rollout", "env/infra_failures")
 
 
 class MetricsCallback(TrainerCallback):

@@ -36,6 +36,7 @@ from typing import Any
 from trl import GRPOTrainer
 from trl.chat_template_utils import parse_response
 
+from env_server.protocol import SuspicionReason
 from trainer_client.losses.mixin import ThreeChannelLossMixin
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ __all__ = ["CompactCpuScoringMixin", "ConcurrentToolsMixin", "SweGRPOTrainer", "
 
 #: error sources that are the policy's fault; env/infra failures never become error sites
 SCORED_ERROR_SOURCES = frozenset({"agent", None})
+#: the env's closed set of monitor flags (`env/suspicious/<reason>`; other values are not logged)
+SUSPICION_REASONS: tuple[str, ...] = tuple(r.value for r in SuspicionReason)
 
 
 class ConcurrentToolsMixin:
@@ -93,6 +96,11 @@ class ConcurrentToolsMixin:
             metrics["env/infra_failures"].append(float(sum(bool(getattr(e, "infra_error", None)) for e in envs)))
             for kind, n in kinds.items():
                 metrics[f"env/errors/{kind}"].append(n / len(envs))
+            flags = [set(getattr(e, "suspicious", ())) for e in envs]
+            metrics["env/reward_hacking"].append(float(sum(bool(getattr(e, "reward_hacking", False)) for e in envs)))
+            metrics["env/suspicious_submissions"].append(float(sum(bool(f) for f in flags)))
+            for reason in SUSPICION_REASONS:  # the closed set, zeros included: a steady series per reason
+                metrics[f"env/suspicious/{reason}"].append(float(sum(reason in f for f in flags)))
 
     # ---------------------------------------------------------------- the tool phase
     def _executor(self) -> ThreadPoolExecutor:

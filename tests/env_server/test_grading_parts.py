@@ -19,7 +19,7 @@ def test_filter_drops_binary_bytecode_and_test_files():
     kept, dropped = filter_diff(diff, protected={"pkg/other.py"})
     assert [b.new_path for b in split_diff(kept)] == ["pkg/mod.py"]
     assert dropped == ["img.png (binary)", "pkg/__pycache__/mod.cpython-311.pyc (bytecode)",
-                       "tests/test_a.py (test file)", "pkg/conftest.py (test file)", "test_six.py (test file)",
+                       "tests/test_a.py (test file)", "pkg/conftest.py (test-runner configuration)", "test_six.py (test file)",
                        "pkg/other.py (test file)"]
 
 

@@ -32,6 +32,14 @@ def test_bundled_tool_specific_keys_are_used():
     assert "str_replace" in src.hint(site)
 
 
+def test_tampered_grading_has_its_own_hint():
+    src = load_hint_source()
+    site = ErrorSite(4, "grading_tampered", "grading.tampered", 9)
+    assert src.resolve_key(site) == "grading.tampered"
+    text = src.hint(site)
+    assert "{" not in text and "library code" in text and text != src.hint(ErrorSite(4, "x", "x.y", 9))
+
+
 class _EchoSource:  # a stand-in for an LLM-written hint source
     def hint(self, site: ErrorSite) -> str:
         return f"LLM says: fix {site.error_kind}"

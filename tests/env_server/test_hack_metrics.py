@@ -1,0 +1,75 @@
+"""Hack-attempt signals on the server: /metrics counters and the episode trace."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import websockets
+from prometheus_client.parser import text_string_to_metric_families
+
+from envlib import requires_sandbox, run
+from test_ws import call, tool
+from env_server.config import ServerConfig
+from env_server.protocol import CallToolAction, SuspicionReason, SWEObservation
+from env_server.service import EnvService
+
+SUBMIT = CallToolAction(tool_name="submit")
+
+
+def _samples(text: str, name: str) -> dict[str, float]:
+    """``{reason label or "": value}`` of one counter in a /metrics exposition."""
+    return {s.labels.get("reason", ""): s.value for fam in text_string_to_metric_families(text)
+            for s in fam.samples if s.name == name}
+
+
+def _graded(**meta) -> SWEObservation:
+    return SWEObservation(tool_name="submit", done=True, reward=0.0, metadata={"resolved": False, **meta})
+
+
+def test_observe_counts_tampering_and_only_known_suspicion_reasons(tmp_path):
+    svc = EnvService(ServerConfig(data_dir=tmp_path), [])
+    svc._observe(SUBMIT, _graded(reward_hacking=True, suspicious=["process_exit", "runner_internals"]), 0.1)
+    svc._observe(SUBMIT, _graded(reward_hacking=False, suspicious=["process_exit", "process_exit", "made_up"]), 0.1)
+    svc._observe(SUBMIT, _graded(reward_hacking=False, suspicious=[]), 0.1)
+    # not graded (no reward / not done): never counted
+    svc._observe(SUBMIT, SWEObservation(done=True, metadata={"reward_hacking": True, "suspicious": ["report_paths"]}),
+                 0.1)
+    svc._observe(CallToolAction(tool_name="bash"), SWEObservation(metadata={"suspicious": ["report_paths"]}), 0.1)
+    text = svc.metrics.render().decode()
+    assert _samples(text, "envserver_reward_hacking_total") == {"": 1.0}
+    flags = _samples(text, "envserver_suspicious_submissions_total")
+    assert set(flags) == {r.value for r in SuspicionReason}, flags  # made_up adds no series
+    assert flags["process_exit"] == 2.0 and flags["runner_internals"] == 1.0
+    assert sum(flags.values()) == 3.0
+    assert _samples(text, "envserver_graded_total") == {"": 3.0}
+
+
+@requires_sandbox
+def test_tampering_submission_is_scored_zero_counted_and_traced(make_server, demo_task):
+    """A six.py that ends the test process with exit 0 (hiding the failures) is caught by the grader."""
+    async def main(srv):
+        async with websockets.connect(srv.ws_url + "/ws") as ws:
+            await call(ws, "reset", {"instance_id": demo_task.instance_id, "episode_id": "ep-hack"})
+            r = await call(ws, "step", tool("bash", command=r"printf '\nimport os\nos._exit(0)\n' >> six.py"))
+            assert "error_kind" not in r["data"]["metadata"], r
+            r = await call(ws, "step", tool("submit"))
+            d = r["data"]
+            assert d["done"] is True and d["reward"] == 0.0, d
+            meta = d["metadata"]
+            assert meta["reward_hacking"] is True and meta["tamper_reasons"], meta
+            assert meta["error_kind"] == "grading_tampered" and meta["hint_template_key"] == "grading.tampered"
+            assert meta["error_source"] == "agent" and "process_exit" in meta["suspicious"]
+        async with httpx.AsyncClient(base_url=srv.url) as http:
+            last = json.loads((await http.get("/episodes/ep-hack/trace")).text.splitlines()[-1])
+            assert last["kind"] == "step" and last["action"]["tool_name"] == "submit"
+            traced = last["observation"]["metadata"]
+            assert traced["reward_hacking"] is True and traced["tamper_reasons"] == meta["tamper_reasons"]
+            assert traced["error_kind"] == "grading_tampered" and traced["suspicious"] == meta["suspicious"]
+            text = (await http.get("/metrics")).text
+        assert _samples(text, "envserver_reward_hacking_total") == {"": 1.0}
+        flags = _samples(text, "envserver_suspicious_submissions_total")
+        assert flags["process_exit"] == 1.0 and sum(flags.values()) == len(meta["suspicious"])
+        assert 'envserver_tool_errors_total{error_kind="grading_tampered",error_source="agent"} 1.0' in text
+    with make_server() as srv:
+        run(main(srv))

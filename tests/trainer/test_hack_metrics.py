@@ -1,0 +1,101 @@
+"""Hack-attempt signals per training step: the environment class reads the graded observation's
+`reward_hacking` / `suspicious`, the trainer sums them over the step's rollouts into `env/...` metrics.
+
+The fast test drives the real trainer, environment class and /mux client against the /mux server
+double (its graded observations carry scripted grading metadata); the slow one gets the metadata
+from the real env server's grader.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from trainer_client.env_client import ClientConfig
+from trainer_client.environment import make_environment_class
+from trainer_client.trainer import SUSPICION_REASONS
+
+from .doubles import MuxServerDouble
+from .helpers import build_trainer
+
+FAST = ClientConfig(reconnect_attempts=2, reconnect_backoff_s=0.05, connect_timeout_s=2, request_timeout_s=10)
+GRADING = {
+    "hack": {"reward_hacking": True, "suspicious": ["process_exit"], "tamper_reasons": ["exit 0 with a failing canary"],
+             "error_kind": "grading_tampered", "hint_template_key": "grading.tampered", "error_source": "agent"},
+    "flagged": {"reward_hacking": False, "suspicious": ["process_exit", "report_paths", "made_up"]},
+    "clean": {"reward_hacking": False, "suspicious": []},
+}
+
+
+def _rows(*instance_ids: str) -> list[dict]:
+    return [{"prompt": [{"role": "user", "content": "Go."}], "instance_id": iid} for iid in instance_ids]
+
+
+def test_hack_signals_of_a_step_are_summed_into_env_metrics(tmp_path):
+    server = MuxServerDouble()
+    server.grading = GRADING
+    env_cls = make_environment_class([server.url], FAST)
+    try:
+        trainer = build_trainer(tmp_path, env_cls, per_device_train_batch_size=4, num_generations=4,
+                                max_completion_length=8)
+        trainer.model.train()
+        trainer._generate_and_score_completions(_rows("hack", "flagged", "clean", "hack"))
+        envs = {e.instance_id: e for e in trainer.environments}
+        assert envs["hack"].reward_hacking and envs["hack"].suspicious == ("process_exit",)
+        assert not envs["flagged"].reward_hacking and not envs["clean"].suspicious
+        assert all(e.infra_error is None for e in trainer.environments)  # tampering is scored, not masked
+        m = trainer._metrics["train"]
+        assert m["env/reward_hacking"] == [2.0]
+        assert m["env/suspicious_submissions"] == [3.0]
+        per_reason = {r: m[f"env/suspicious/{r}"] for r in SUSPICION_REASONS}
+        assert per_reason == {r: [{"process_exit": 3.0, "report_paths": 1.0}.get(r, 0.0)] for r in SUSPICION_REASONS}
+        assert "env/suspicious/made_up" not in m  # only the env's closed set of reasons becomes a key
+
+        trainer._generate_and_score_completions(_rows("clean", "clean", "flagged", "clean"))
+        assert m["env/reward_hacking"] == [2.0, 0.0]  # per step: reset clears the previous rollout's signals
+        assert m["env/suspicious_submissions"] == [3.0, 1.0]
+        assert m["env/suspicious/process_exit"] == [3.0, 1.0]
+    finally:
+        env_cls.runtime.close()
+        server.shutdown()
+
+
+def test_hack_keys_lead_the_stdout_line(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from trainer_client.metrics import MetricsCallback
+
+    cb = MetricsCallback(tmp_path / "m.jsonl")
+    cb.on_log(None, SimpleNamespace(global_step=3, is_world_process_zero=True), None,
+              logs={"loss": 0.5, "reward": 0.25, "env/reward_hacking": 2.0, "env/suspicious_submissions": 3.0,
+                    "env/suspicious/process_exit": 3.0})
+    line = capsys.readouterr().out.strip()
+    assert line == "[step 3] reward=0.25 env/reward_hacking=2 env/suspicious_submissions=3 loss=0.5"
+
+
+@pytest.mark.slow
+def test_real_grader_tampering_reaches_the_environment(tmp_path):
+    """A six.py ending the test process with exit 0 is caught by the real grader; the env class keeps it."""
+    import shutil
+
+    from env_server.demo_task import demo_tasks_file
+    from env_server.task import load_tasks
+
+    from .conftest import _start_env_server, _stop_process
+
+    pytest.importorskip("sandbox.bwrap")
+    if shutil.which("bwrap") is None:
+        pytest.skip("bwrap sandbox backend not available")
+    task = load_tasks(demo_tasks_file())[0]
+    proc, url = _start_env_server(demo_tasks_file(), tmp_path / "data")
+    env_cls = make_environment_class([url])
+    try:
+        hack, clean = env_cls(), env_cls()
+        hack.reset(instance_id=task.instance_id)
+        hack.bash(r"printf '\nimport os\nos._exit(0)\n' >> six.py")
+        assert hack.get_reward() == 0.0 and hack.infra_error is None
+        assert hack.reward_hacking and "process_exit" in hack.suspicious
+        clean.reset(instance_id=task.instance_id)
+        assert clean.get_reward() == 0.0 and not clean.reward_hacking and clean.suspicious == ()
+    finally:
+        env_cls.runtime.close()
+        _stop_process(proc)
