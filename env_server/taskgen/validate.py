@@ -102,7 +102,10 @@ async def _grading_pair(task, backend: str, sandbox_config) -> tuple[float | Non
     gold = await grade_submission(task, task.patch, config, "resolved", cache=GradeCache())
     empty = await grade_submission(task, "", config, "resolved", cache=GradeCache())
     errors = []
-    if gold.reward != 1.0:
+    if gold.tampered:  # the gold patch is not an attack: the task trips the grader's checks (env)
+        errors.append("broken task: the grader's tamper checks fail with the gold patch: "
+                      + "; ".join(gold.tamper_reasons[:3]))
+    elif gold.reward != 1.0:
         errors.append(f"gold: {gold.error or _failing(gold)}")
     if empty.reward != 0.0:
         errors.append("empty diff passes")
