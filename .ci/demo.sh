@@ -8,6 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TRL_EXPERIMENTAL_SILENCE=1 TOKENIZERS_PARALLELISM=false
+# transformers' own deprecation notices (gradient_checkpointing -> activation_checkpointing, raised
+# inside TRL/transformers, nothing a user of the demo can act on) would bury the demo's output
+export PYTHONWARNINGS="ignore::FutureWarning"
 BIN=.venv/bin
 TASKS_DIR=${DEMO_TASKS_DIR:-.cache/demo-tasks}
 OUT=${DEMO_OUTPUT_DIR:-runs/demo}

@@ -7,18 +7,20 @@ the step to the trace before the observation is returned.
 
 from __future__ import annotations
 
+import logging
 import time
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from sandbox import SandboxConfig, SandboxError, open_sandbox
+from sandbox import ArgumentError, SandboxConfig, SandboxError, open_sandbox
 from sandbox.base import Sandbox
 
 from .errors import ProtocolError
 from .grading import GradeCache, GradeResult, grade_submission
 from .markers import ToolFailure, failure
-from .protocol import (Action, CallToolAction, EpisodeState, ErrorCode, ErrorKind, ListToolsAction,
+from .protocol import (Action, CallToolAction, ContextSpec, EpisodeState, ErrorCode, ErrorKind, ListToolsAction,
                        SWEObservation)
 from .tools import TOOL_SPECS, parse_arguments, run_tool
 from .traces import TraceStore, TraceWriter
@@ -30,6 +32,14 @@ SYSTEM_PROMPT = (
     "When the fix is complete, call submit; hidden tests decide whether the issue is resolved."
 )
 MUTATING_TOOLS = frozenset({"bash", "str_replace", "create"})
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DiffUnreadable:
+    """The workspace diff after a step could not be read (recorded as ``diff_error``)."""
+
+    error: str
 
 
 class EpisodeConfig(BaseModel):
@@ -58,12 +68,13 @@ class Episode:
         self.step_count = 0
         self.done = False
         self.reward: float | None = None
-        self._recorded_diff = ""  # the last diff written to the trace
+        self._recorded_diff: str | None = ""  # the last diff written to the trace (None: unknown)
         self._graded_diff: str | None = None
 
     @classmethod
     async def start(cls, episode_id: str, task: TaskInstance, store: TraceStore, sandbox_config: SandboxConfig,
-                    config: EpisodeConfig, cache: GradeCache | None = None) -> tuple["Episode", SWEObservation]:
+                    config: EpisodeConfig, cache: GradeCache | None = None,
+                    context: ContextSpec | None = None) -> tuple["Episode", SWEObservation]:
         """Open the sandbox, write the reset record, return the episode and its first observation."""
         if store.exists(episode_id):
             raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"episode_id {episode_id!r} was already used")
@@ -77,9 +88,12 @@ class Episode:
         tools = [t.mcp() for t in TOOL_SPECS]
         obs = SWEObservation(output=task.problem_statement, issue=task.problem_statement, tools=tools,
                              metadata=ep._meta())
-        trace.append({"kind": "reset", "episode_id": episode_id, "instance_id": task.instance_id,
-                      "system": SYSTEM_PROMPT, "issue": task.problem_statement, "tools": tools,
-                      "observation": obs.model_dump(), "diff": "", "time": time.time()})
+        record = {"kind": "reset", "episode_id": episode_id, "instance_id": task.instance_id,
+                  "system": SYSTEM_PROMPT, "issue": task.problem_statement, "tools": tools,
+                  "observation": obs.model_dump(), "diff": "", "time": time.time()}
+        if context is not None:  # the client's presentation: state(t) renders the policy's own context
+            record["context"] = context.model_dump()
+        trace.append(record)
         return ep, obs
 
     def _meta(self, **extra: Any) -> dict[str, Any]:
@@ -103,9 +117,12 @@ class Episode:
             obs = self._finish(obs, grade, note=f"[step budget of {self.config.max_steps} used up: "
                                                 "your changes were graded]")
         diff = await self._trace_diff(changed)
-        self.trace.append({"kind": "step", "t": self.step_count, "action": _action_record(action),
-                           "observation": obs.model_dump(), "diff": diff, "time": time.time(),
-                           "latency_s": round(time.perf_counter() - started, 6)})
+        record = {"kind": "step", "t": self.step_count, "action": _action_record(action),
+                  "observation": obs.model_dump(), "diff": diff, "time": time.time(),
+                  "latency_s": round(time.perf_counter() - started, 6)}
+        if isinstance(diff, DiffUnreadable):
+            record.update(diff=None, diff_error=diff.error)
+        self.trace.append(record)
         if self.done:
             await self.close_sandbox()
         return obs
@@ -124,11 +141,15 @@ class Episode:
         try:
             outcome = await run_tool(self.sandbox, name, args, blocked_tools=self.sandbox_config.policy.blocked_tools,
                                      max_timeout_s=self.sandbox_config.limits.max_command_timeout_s)
-        except ValueError as exc:  # the runtime refused the arguments
+        except ArgumentError as exc:  # the runtime refused the agent's arguments
             return self._failed(name, "", failure(ErrorKind.invalid_arguments, str(exc))), None
         except SandboxError as exc:
             self.done = True
             return self._failed(name, "", failure(ErrorKind.sandbox_error, f"{type(exc).__name__}: {exc}")), None
+        except Exception as exc:  # a server bug or a malformed runtime reply: never the agent's mistake
+            log.exception("episode %s: %s call failed inside the server", self.episode_id, name)
+            self.done = True
+            return self._failed(name, "", failure(ErrorKind.internal_error, f"{type(exc).__name__}: {exc}")), None
         if outcome.failure is not None:
             if outcome.failure.kind is ErrorKind.sandbox_error or not self.sandbox.alive:
                 self.done = True
@@ -169,8 +190,8 @@ class Episode:
         output = "\n\n".join(p for p in (obs.output, note.strip(), summary) if p)
         return obs.model_copy(update={"output": output, "done": True, "reward": grade.reward, "metadata": meta})
 
-    async def _trace_diff(self, changed_by: str | None) -> str | None:
-        """The workspace diff after this step, or None when unchanged (or not tracked)."""
+    async def _trace_diff(self, changed_by: str | None) -> "str | DiffUnreadable | None":
+        """The workspace diff after this step, None when unchanged (or not tracked), or why it is unknown."""
         if self._graded_diff is not None:
             diff = self._graded_diff
         elif changed_by is None or (self.config.trace_diffs == "edits" and changed_by == "bash"):
@@ -178,8 +199,9 @@ class Episode:
         else:
             try:
                 diff = await self.sandbox.diff()
-            except SandboxError:
-                return None
+            except SandboxError as exc:  # unknown, not "unchanged": the record says so (state(t) too)
+                self._recorded_diff = None
+                return DiffUnreadable(f"{type(exc).__name__}: {exc}")
         if diff == self._recorded_diff:
             return None
         self._recorded_diff = diff
@@ -199,4 +221,7 @@ class Episode:
 def _action_record(action: Action) -> dict[str, Any]:
     if isinstance(action, ListToolsAction):
         return {"type": "list_tools"}
-    return {"type": "call_tool", "tool_name": action.tool_name, "arguments": action.arguments}
+    record = {"type": "call_tool", "tool_name": action.tool_name, "arguments": action.arguments}
+    if action.metadata:  # the client's turn bookkeeping (turn, assistant, origin): state(t) reads it
+        record["metadata"] = action.metadata
+    return record

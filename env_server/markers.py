@@ -15,32 +15,11 @@ from pydantic import BaseModel
 
 from sandbox.models import CommandResult, CommandStatus, PathError
 
-from .protocol import ErrorKind, ErrorSource
+from .protocol import ERROR_KIND_TABLE, ErrorKind, ErrorSource
 
-A, E, I = ErrorSource.agent, ErrorSource.env, ErrorSource.infra
-
-#: kind -> (hint_template_key, error_source). Documented in docs/protocol.md.
+#: kind -> (hint_template_key, error_source): the contract's table (env_server/protocol.py).
 KIND_TABLE: dict[ErrorKind, tuple[str, ErrorSource]] = {
-    ErrorKind.command_not_found: ("shell.command_not_found", A),
-    ErrorKind.nonzero_exit: ("shell.nonzero_exit", A),
-    ErrorKind.timeout: ("shell.timeout", A),
-    ErrorKind.output_limit: ("shell.output_limit", A),
-    ErrorKind.shell_exited: ("shell.exited", A),
-    ErrorKind.blocked_tool: ("shell.blocked_tool", A),
-    ErrorKind.file_not_found: ("file.not_found", A),
-    ErrorKind.path_outside_workspace: ("file.outside_workspace", A),
-    ErrorKind.is_directory: ("file.is_directory", A),
-    ErrorKind.file_too_large: ("file.too_large", A),
-    ErrorKind.edit_no_match: ("edit.no_match", A),
-    ErrorKind.edit_multiple_matches: ("edit.multiple_matches", A),
-    ErrorKind.syntax_error: ("python.syntax_error", A),
-    ErrorKind.python_exception: ("python.exception", A),
-    ErrorKind.test_failure: ("tests.failed", A),
-    ErrorKind.invalid_arguments: ("tool.invalid_arguments", A),
-    ErrorKind.unknown_tool: ("tool.unknown", A),
-    ErrorKind.sandbox_error: ("infra.sandbox", I),
-    ErrorKind.grading_error: ("env.grading", E),
-    ErrorKind.grading_tampered: ("grading.tampered", A),
+    kind: (spec.hint_template_key, spec.error_source) for kind, spec in ERROR_KIND_TABLE.items()
 }
 
 _PATH_REASONS = {

@@ -71,5 +71,4 @@ async def _call(service: EnvService, params: dict[str, Any], session: Session | 
         session = service.get(sid)
     name, arguments = params.get("name"), params.get("arguments") or {}
     obs = await service.step(session, {"type": "call_tool", "tool_name": name, "arguments": arguments})
-    return {"content": [{"type": "text", "text": obs.output}], "isError": "error_kind" in obs.metadata,
-            "structuredContent": {"done": obs.done, "reward": obs.reward, "metadata": obs.metadata}}
+    return obs.mcp_result()

@@ -69,6 +69,7 @@ class ErrorKind(str, Enum):
     invalid_arguments = "invalid_arguments"
     unknown_tool = "unknown_tool"
     sandbox_error = "sandbox_error"
+    internal_error = "internal_error"  # the server itself failed (a bug): never the agent's
     grading_error = "grading_error"
     grading_tampered = "grading_tampered"  # the submission forced test outcomes: reward 0 (docs/grading.md)
 
@@ -90,6 +91,51 @@ class ErrorSource(str, Enum):
     agent = "agent"  # the policy's action was wrong
     env = "env"  # the task or its environment is broken (not the policy's fault)
     infra = "infra"  # the sandbox or server failed
+
+
+class ErrorKindSpec(BaseModel):
+    """What an error kind means to a trainer: the hint it gets and who is to blame."""
+
+    model_config = ConfigDict(frozen=True)
+
+    hint_template_key: str
+    error_source: ErrorSource
+
+
+def _spec(key: str, source: ErrorSource) -> ErrorKindSpec:
+    return ErrorKindSpec(hint_template_key=key, error_source=source)
+
+
+_A, _E, _I = ErrorSource.agent, ErrorSource.env, ErrorSource.infra
+#: The closed table of error-site markers: kind -> (hint_template_key, error_source). The env emits
+#: exactly these; the trainer's hint table is keyed by these keys (contract-tested both ways).
+ERROR_KIND_TABLE: dict[ErrorKind, ErrorKindSpec] = {
+    ErrorKind.command_not_found: _spec("shell.command_not_found", _A),
+    ErrorKind.nonzero_exit: _spec("shell.nonzero_exit", _A),
+    ErrorKind.timeout: _spec("shell.timeout", _A),
+    ErrorKind.output_limit: _spec("shell.output_limit", _A),
+    ErrorKind.shell_exited: _spec("shell.exited", _A),
+    ErrorKind.blocked_tool: _spec("shell.blocked_tool", _A),
+    ErrorKind.file_not_found: _spec("file.not_found", _A),
+    ErrorKind.path_outside_workspace: _spec("file.outside_workspace", _A),
+    ErrorKind.is_directory: _spec("file.is_directory", _A),
+    ErrorKind.file_too_large: _spec("file.too_large", _A),
+    ErrorKind.edit_no_match: _spec("edit.no_match", _A),
+    ErrorKind.edit_multiple_matches: _spec("edit.multiple_matches", _A),
+    ErrorKind.syntax_error: _spec("python.syntax_error", _A),
+    ErrorKind.python_exception: _spec("python.exception", _A),
+    ErrorKind.test_failure: _spec("tests.failed", _A),
+    ErrorKind.invalid_arguments: _spec("tool.invalid_arguments", _A),
+    ErrorKind.unknown_tool: _spec("tool.unknown", _A),
+    ErrorKind.sandbox_error: _spec("infra.sandbox", _I),
+    ErrorKind.internal_error: _spec("infra.internal", _I),
+    ErrorKind.grading_error: _spec("env.grading", _E),
+    ErrorKind.grading_tampered: _spec("grading.tampered", _A),
+}
+#: Every hint_template_key the env can emit, and the ones a trainer turns into error sites (agent's).
+HINT_KEYS: frozenset[str] = frozenset(s.hint_template_key for s in ERROR_KIND_TABLE.values())
+AGENT_HINT_KEYS: frozenset[str] = frozenset(
+    s.hint_template_key for s in ERROR_KIND_TABLE.values() if s.error_source is ErrorSource.agent)
 
 
 ToolName = Literal["bash", "view", "str_replace", "create", "submit"]
@@ -139,7 +185,7 @@ class ViewArgs(BaseModel):
 class StrReplaceArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    path: str = Field(min_length=1)
+    path: str = Field(min_length=1, description="file to edit, relative to /workspace")
     old: str = Field(min_length=1, description="text occurring exactly once in the file")
     new: str = Field(description="replacement text")
 
@@ -147,8 +193,8 @@ class StrReplaceArgs(BaseModel):
 class CreateArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    path: str = Field(min_length=1)
-    content: str
+    path: str = Field(min_length=1, description="file to write, relative to /workspace")
+    content: str = Field(description="the full content of the file")
 
 
 class SubmitArgs(BaseModel):
@@ -172,6 +218,56 @@ class ToolSpec(BaseModel):
                                                  "parameters": self.input_schema}}
 
 
+TOOL_DESCRIPTIONS: dict[str, str] = {
+    "bash": "Run a shell command in a persistent bash session at /workspace (the repository). "
+            "cwd and exported variables persist between calls. No network.",
+    "view": "Show a file with line numbers (optionally lines start_line..end_line), or list a directory.",
+    "str_replace": "Replace the text `old` by `new` in a file; `old` must occur exactly once.",
+    "create": "Create or overwrite a file with `content`.",
+    "submit": "Finish the episode: your changes to the repository are graded by hidden tests.",
+}
+TOOL_ARGS: dict[str, type[BaseModel]] = {
+    "bash": BashArgs, "view": ViewArgs, "str_replace": StrReplaceArgs, "create": CreateArgs,
+    "submit": SubmitArgs,
+}
+
+
+def _tool_schema(model: type[BaseModel]) -> dict[str, Any]:
+    schema = model.model_json_schema()
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+        if "anyOf" in prop:  # "X | None" -> the plain type; null is the same as leaving it out
+            types = [s for s in prop.pop("anyOf") if s.get("type") != "null"]
+            prop.update(types[0] if len(types) == 1 else {"anyOf": types})
+            prop.pop("default", None)
+    schema["additionalProperties"] = False
+    return schema
+
+
+#: The agent's tools, as the env serves them (MCP) and as a trainer exposes them to its policy.
+TOOL_SPECS: list[ToolSpec] = [
+    ToolSpec(name=name, description=TOOL_DESCRIPTIONS[name], inputSchema=_tool_schema(model))
+    for name, model in TOOL_ARGS.items()
+]
+
+
+def tool_docstring(name: str) -> str:
+    """A Google-style docstring for a client-side method implementing tool ``name``.
+
+    Frameworks that derive tool schemas from docstrings (transformers' ``get_json_schema``,
+    which TRL uses) then describe the tool exactly as the env's ``TOOL_SPECS`` do.
+    """
+    model = TOOL_ARGS[name]
+    lines = [TOOL_DESCRIPTIONS[name]]
+    if model.model_fields:
+        lines += ["", "Args:"]
+        for field, info in model.model_fields.items():
+            text = (info.description or field).rstrip(".")
+            lines.append(f"    {field}: {text[:1].upper()}{text[1:]}.")
+    return "\n".join(lines) + "\n"
+
+
 # ---------------------------------------------------------------- observations
 
 
@@ -188,9 +284,25 @@ class SWEObservation(BaseModel):
         "episode_id, step, instance_id; on failures only: error_kind, hint_template_key, "
         "error_source, error_message; after grading: tests_passed, tests_failed, ..."))
 
-    def envelope(self) -> dict[str, Any]:
-        """OpenEnv's ``data`` of an observation frame: reward and done lifted out."""
+    def mcp_result(self) -> dict[str, Any]:
+        """The MCP ``tools/call`` result of this step (``/mcp``'s reply; ``result`` on ``/ws``)."""
+        return {"content": [{"type": "text", "text": self.output}], "isError": "error_kind" in self.metadata,
+                "structuredContent": {"done": self.done, "reward": self.reward, "metadata": self.metadata}}
+
+    def envelope(self, mcp_result: bool = False) -> dict[str, Any]:
+        """OpenEnv's ``data`` of an observation frame: reward and done lifted out.
+
+        ``tools``, ``issue`` and ``tool_name`` are left out when unset: OpenEnv's
+        ``MCPToolClient`` reads any ``tools`` key as a tool list and any ``tool_name``
+        key as a tool result. With ``mcp_result`` (``/ws``), a tool step also carries
+        ``result`` (:meth:`mcp_result`), which that client's ``call_tool`` returns.
+        """
         body = self.model_dump(exclude={"reward", "done"})
+        for key in ("tools", "issue", "tool_name"):
+            if body[key] is None:
+                del body[key]
+        if mcp_result and self.tool_name is not None:
+            body["result"] = self.mcp_result()
         return {"observation": body, "reward": self.reward, "done": self.done, "metadata": self.metadata}
 
 
@@ -228,8 +340,12 @@ class StateRecord(BaseModel):
     messages: list[ChatMessage]
     tools: list[dict[str, Any]] = Field(description="OpenAI function schemas")
     observation: SWEObservation
-    diff: str = Field(description="workspace diff against the base commit after step t")
+    diff: str | None = Field(description="workspace diff against the base commit after step t "
+                                         "(null: it could not be read after some step <= t)")
     next_action: NextAction | None = None
+    turn_token_ids: list[list[int] | None] | None = Field(None, description=(
+        "per assistant message of `messages`, the token ids the policy generated for it, when its client "
+        "recorded them (then the context re-tokenizes exactly; see trainer_client/context.py)"))
 
 
 # ---------------------------------------------------------------- requests
@@ -244,6 +360,7 @@ class ResetParams(BaseModel):
     index: int | None = Field(None, ge=0)
     seed: int | None = None
     episode_id: str | None = Field(None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")
+    context: "ContextSpec | None" = Field(None, description="how this client presents the episode to its policy")
 
 
 class StateParams(BaseModel):
@@ -286,3 +403,175 @@ class MuxReply(BaseModel):
     session_id: str | None
     type: MuxReplyType
     data: dict[str, Any] = Field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- channel 3: preference pairs
+
+
+class ToolCall(BaseModel):
+    """One tool call in the env's action schema (``CallToolAction`` without the envelope)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool_name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class PairProvenance(BaseModel):
+    """Where a pair came from: the state it replays, the teachers asked, what they cost."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    episode_id: str
+    t: int
+    instance_id: str = ""
+    teachers: list[str] = Field(description="every teacher queried for this state, in config order")
+    agreeing: list[str] = Field(default_factory=list, description="teachers whose action equals `chosen`")
+    costs: dict[str, float] = Field(default_factory=dict, description="USD spent per teacher on this state")
+
+
+class PairRecord(BaseModel):
+    """One (chosen, rejected) pair for the channel-3 preference loss (one JSONL line).
+
+    ``messages`` and ``tools`` are the state(t) record's, unchanged (the context the policy saw).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    state_id: str = Field(description="<episode_id>:<t>")
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    chosen: ToolCall
+    rejected: ToolCall
+    n_teachers_agreeing: int = Field(ge=0)
+    provenance: PairProvenance
+
+
+# ---------------------------------------------------------------- tasks
+
+
+class TaskRecord(BaseModel):
+    """A task instance as written to a task file: SWE-bench's fields plus where the code lives here."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    instance_id: str
+    repo: str
+    base_commit: str
+    problem_statement: str
+    hints_text: str = ""
+    patch: str
+    test_patch: str = ""
+    FAIL_TO_PASS: list[str]
+    PASS_TO_PASS: list[str]
+    version: str
+    environment_setup_commit: str
+    created_at: str | None = None
+    repo_path: str = Field(description="repository directory, relative to the task file")
+    python_env: str | None = Field(None, description="venv directory, relative to the task file")
+
+
+# ---------------------------------------------------------------- the policy's context
+
+
+class ContextSpec(BaseModel):
+    """How a client presents the episode to its policy; sent with ``reset``, kept in the trace.
+
+    With it, state(t) is rendered the way the client rendered the rollout (``render_context``,
+    the one renderer both sides use): the client's own prompt messages with the issue appended
+    to the last one (TRL's ``environment_factory`` rule), its tool schemas, its tool-output
+    formatting and truncation. Without it, state(t) uses the server's system prompt and
+    untruncated outputs.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: list[dict[str, Any]] = Field(min_length=1, description="messages before the issue; the issue is "
+                                                                   "appended to the last one's content")
+    tools: list[dict[str, Any]] = Field(default_factory=list, description="tool schemas exactly as shown")
+    max_output_chars: int | None = Field(None, gt=0, description="tool output kept (head and tail), in characters")
+
+
+class AssistantTurn(BaseModel):
+    """``CallToolAction.metadata["assistant"]`` on the first call of a policy turn: the message it came from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: str = ""
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    token_ids: list[int] | None = Field(None, description="what the policy generated for this message")
+
+
+ResetParams.model_rebuild()
+
+
+def format_tool_output(observation: dict[str, Any], max_output_chars: int | None = None) -> str:
+    """A tool result as the policy reads it: the output, the error marker's message, head+tail cut."""
+    text = str(observation.get("output") or "")
+    meta = observation.get("metadata") or {}
+    message = meta.get("error_message")
+    if meta.get("error_kind") and message and message not in text:
+        text = f"{text}\n[{meta['error_kind']}] {message}" if text else f"[{meta['error_kind']}] {message}"
+    if max_output_chars is not None and len(text) > max_output_chars:
+        half = max_output_chars // 2
+        text = f"{text[:half]}\n[... {len(text) - max_output_chars} characters cut ...]\n{text[-half:]}"
+    return text or "(no output)"
+
+
+def _call_id(t: int) -> str:
+    return f"call_{t}"
+
+
+def _wire_call(call: dict[str, Any], t: int) -> dict[str, Any]:
+    fn = dict(call.get("function") or {})
+    args = fn.get("arguments", {})
+    fn["arguments"] = args if isinstance(args, str) else json.dumps(args)
+    return {"id": _call_id(t), "type": "function", "function": fn}
+
+
+def render_context(reset: dict[str, Any], steps: list[dict[str, Any]]
+                   ) -> tuple[list[ChatMessage], list[dict[str, Any]], list[list[int] | None] | None]:
+    """(messages, tool schemas, per-assistant token ids) the policy had seen after ``steps``.
+
+    ``reset`` and ``steps`` are trace records (docs/protocol.md). Steps a client made on its
+    own (action metadata ``origin: "client"``, e.g. a submit after the rollout ended) are not
+    the policy's and are left out. Steps of one policy turn (metadata ``turn``) share one
+    assistant message, the one the client recorded (metadata ``assistant``).
+    """
+    spec = ContextSpec.model_validate(reset["context"]) if reset.get("context") else None
+    if spec is None:
+        messages = [ChatMessage(role="system", content=reset["system"]), ChatMessage(role="user", content=reset["issue"])]
+        tools = [{"type": "function", "function": {"name": s["name"], "description": s["description"],
+                                                   "parameters": s["inputSchema"]}} for s in reset["tools"]]
+    else:
+        *head, last = spec.prompt
+        messages = [ChatMessage.model_validate(m) for m in head]
+        messages.append(ChatMessage.model_validate({**last, "content": str(last.get("content", "")) + reset["issue"]}))
+        tools = list(spec.tools)
+    limit = spec.max_output_chars if spec else None
+    turn_ids: list[list[int] | None] = []
+    current_turn: object = object()
+    for rec in steps:
+        action = rec["action"]
+        meta = action.get("metadata") or {}
+        if meta.get("origin") == "client":
+            continue
+        name = action.get("tool_name") or action.get("type", "")
+        t = rec["t"]
+        turn = meta.get("turn", ("step", t))
+        assistant = meta.get("assistant")
+        if turn != current_turn:  # a new assistant message
+            current_turn = turn
+            if assistant:
+                turn_msg = AssistantTurn.model_validate(assistant)
+                calls = [_wire_call(c, t + k) for k, c in enumerate(turn_msg.tool_calls)]
+                messages.append(ChatMessage(role="assistant", content=turn_msg.content, tool_calls=calls or None))
+                turn_ids.append(turn_msg.token_ids)
+            else:
+                call = _wire_call({"function": {"name": name, "arguments": action.get("arguments", {})}}, t)
+                messages.append(ChatMessage(role="assistant", content="", tool_calls=[call]))
+                turn_ids.append(None)
+        obs = rec["observation"]
+        content = format_tool_output(obs, limit) if spec else obs.get("output", "")
+        messages.append(ChatMessage(role="tool", content=content, name=name, tool_call_id=_call_id(t)))
+    return messages, tools, (turn_ids if any(ids is not None for ids in turn_ids) else None)

@@ -94,6 +94,23 @@ class EnvService:
             except Exception:  # noqa: BLE001 - closing must not fail the caller
                 log.exception("closing episode %s failed", ep.episode_id)
 
+    def attach(self, session_id: str) -> Session:
+        """Give a detached (HTTP MCP) session to a connection: OpenEnv's ``/ws?session_id=``.
+
+        Not reaped while attached; :meth:`detach` hands it back to the idle timeout.
+        """
+        session = self.get(session_id)
+        if session.attached:
+            raise ProtocolError(ErrorCode.SESSION_ERROR,
+                                f"session {session_id!r} already belongs to a connection")
+        session.attached = True
+        session.touch()
+        return session
+
+    def detach(self, session: Session) -> None:
+        session.attached = False
+        session.touch()
+
     def get(self, session_id: str) -> Session:
         session = self.sessions.get(session_id)
         if session is None:
@@ -128,7 +145,8 @@ class EnvService:
                 await old.close()
             try:
                 episode, obs = await Episode.start(params.episode_id or uuid.uuid4().hex, task, self.store,
-                                                   self.config.sandbox, self.config.episode, self.cache)
+                                                   self.config.sandbox, self.config.episode, self.cache,
+                                                   context=params.context)
             except SandboxError as exc:
                 source = "env" if isinstance(exc, WorkspaceError) else "infra"
                 raise ProtocolError(ErrorCode.SANDBOX_ERROR, f"could not start the sandbox: {exc}",

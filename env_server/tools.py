@@ -1,4 +1,4 @@
-"""The agent's tools: schemas and their execution against a sandbox.
+"""The agent's tools: their execution against a sandbox (their schemas are the contract's, protocol.py).
 
 ``submit`` is listed here but handled by the episode (it needs grading).
 Agent mistakes come back as a :class:`ToolOutcome` with a failure; sandbox
@@ -16,42 +16,11 @@ from sandbox.base import Sandbox
 from sandbox.models import PathError
 
 from .markers import ToolFailure, classify_command, classify_path_error, failure
-from .protocol import BashArgs, CreateArgs, ErrorKind, StrReplaceArgs, SubmitArgs, ToolSpec, ViewArgs
+from .protocol import TOOL_ARGS, TOOL_SPECS, BashArgs, CreateArgs, ErrorKind, StrReplaceArgs, ViewArgs
+
+__all__ = ["TOOL_ARGS", "TOOL_SPECS", "ToolOutcome", "parse_arguments", "run_tool"]  # specs: the contract's
 
 MAX_VIEW_CHARS = 64 * 1024
-
-_DESCRIPTIONS = {
-    "bash": "Run a shell command in a persistent bash session at /workspace (the repository). "
-            "cwd and exported variables persist between calls. No network.",
-    "view": "Show a file with line numbers (optionally lines start_line..end_line), or list a directory.",
-    "str_replace": "Replace the text `old` by `new` in a file; `old` must occur exactly once.",
-    "create": "Create or overwrite a file with `content`.",
-    "submit": "Finish the episode: your changes to the repository are graded by hidden tests.",
-}
-TOOL_ARGS: dict[str, type[BaseModel]] = {
-    "bash": BashArgs, "view": ViewArgs, "str_replace": StrReplaceArgs, "create": CreateArgs,
-    "submit": SubmitArgs,
-}
-
-
-def _schema(model: type[BaseModel]) -> dict[str, Any]:
-    schema = model.model_json_schema()
-    schema.pop("title", None)
-    for prop in schema.get("properties", {}).values():
-        prop.pop("title", None)
-        if "anyOf" in prop:  # "X | None" -> the plain type; null is the same as leaving it out
-            types = [s for s in prop.pop("anyOf") if s.get("type") != "null"]
-            prop.update(types[0] if len(types) == 1 else {"anyOf": types})
-            prop.pop("default", None)
-    schema["additionalProperties"] = False
-    return schema
-
-
-TOOL_SPECS: list[ToolSpec] = [
-    ToolSpec(name=name, description=_DESCRIPTIONS[name], inputSchema=_schema(model))
-    for name, model in TOOL_ARGS.items()
-]
-
 
 class ToolOutcome(BaseModel):
     output: str

@@ -3,7 +3,8 @@
 A record is written (and flushed; fsync'd when asked) before its observation is
 sent, so a client that disconnects loses nothing. Line 1 is the reset record,
 then one record per step. ``diff`` is stored only when it changed (``null``
-means "same as the step before"), which keeps traces small.
+means "same as the step before"), which keeps traces small; a diff that could not
+be read is ``null`` with ``diff_error`` (state(t) then reports the diff as unknown).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterator
 
-from .protocol import ChatMessage, NextAction, StateRecord, SWEObservation, compact_json
+from .protocol import NextAction, StateRecord, SWEObservation, compact_json, render_context
 
 _ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
@@ -105,40 +106,28 @@ class TraceStore:
             yield from fh
 
 
-def _tool_call_id(t: int) -> str:
-    return f"call_{t}"
-
-
 def state_at(records: list[dict[str, Any]], t: int) -> StateRecord:
-    """Rebuild what the agent had seen after ``t`` steps from a trace."""
+    """Rebuild what the agent had seen after ``t`` steps from a trace (``render_context``)."""
     if not records or records[0].get("kind") != "reset":
         raise TraceError("trace has no reset record", "EPISODE_NOT_FOUND")
     head = records[0]
     steps = records[1:]
     if t < 0 or t > len(steps):
         raise TraceError(f"step {t} out of range 0..{len(steps)}", "STEP_OUT_OF_RANGE")
-    messages = [ChatMessage(role="system", content=head["system"]),
-                ChatMessage(role="user", content=head["issue"])]
-    diff = head.get("diff") or ""
+    messages, tools, turn_ids = render_context(head, steps[:t])
+    diff: str | None = head.get("diff") or ""
     observation = head["observation"]
     for rec in steps[:t]:
-        action = rec["action"]
-        name = action.get("tool_name") or action.get("type", "")
-        call = {"id": _tool_call_id(rec["t"]), "type": "function",
-                "function": {"name": name, "arguments": json.dumps(action.get("arguments", {}))}}
-        messages.append(ChatMessage(role="assistant", content="", tool_calls=[call]))
-        messages.append(ChatMessage(role="tool", content=rec["observation"].get("output", ""), name=name,
-                                    tool_call_id=call["id"]))
         observation = rec["observation"]
         if rec.get("diff") is not None:
             diff = rec["diff"]
+        elif rec.get("diff_error"):  # unknown from here until a diff is recorded again
+            diff = None
     nxt = steps[t]["action"] if t < len(steps) else None
     next_action = None
     if nxt is not None:
         next_action = NextAction(tool_name=nxt.get("tool_name") or nxt.get("type", ""),
                                  arguments=nxt.get("arguments", {}))
-    tools = [{"type": "function", "function": {"name": s["name"], "description": s["description"],
-                                               "parameters": s["inputSchema"]}} for s in head["tools"]]
     return StateRecord(episode_id=head["episode_id"], instance_id=head["instance_id"], t=t, messages=messages,
                        tools=tools, observation=SWEObservation.model_validate(observation), diff=diff,
-                       next_action=next_action)
+                       next_action=next_action, turn_token_ids=turn_ids)

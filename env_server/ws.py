@@ -2,7 +2,9 @@
 
 One reply per request, in order, no unsolicited frames. A disconnect while a
 step runs cancels the step and frees the sandbox; the trace keeps every
-completed step.
+completed step. ``/ws?session_id=<id>`` drives an HTTP MCP session (made with
+``openenv/session/create``) instead of a new one, as OpenEnv's ``MCPToolClient``
+does: closing the socket hands that session back (it stays open for ``/mcp``).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from starlette.websockets import WebSocket
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from .connection import FrameReader
 from .errors import ProtocolError
@@ -27,9 +29,9 @@ async def dispatch(service: EnvService, session: Session, frame: dict[str, Any])
     if data is not None and not isinstance(data, dict) and kind != "mcp":
         raise ProtocolError(ErrorCode.VALIDATION_ERROR, "data must be a JSON object")
     if kind == "reset":
-        return {"type": "observation", "data": (await service.reset(session, data)).envelope()}
+        return {"type": "observation", "data": (await service.reset(session, data)).envelope(mcp_result=True)}
     if kind == "step":
-        return {"type": "observation", "data": (await service.step(session, data)).envelope()}
+        return {"type": "observation", "data": (await service.step(session, data)).envelope(mcp_result=True)}
     if kind == "state":
         return {"type": "state", "data": await service.state(session, data)}
     if kind == "mcp":
@@ -40,6 +42,14 @@ async def dispatch(service: EnvService, session: Session, frame: dict[str, Any])
                         "(expected reset, step, state, mcp or close)")
 
 
+async def close_quietly(ws: WebSocket) -> None:
+    """Close 1000; a peer that has already gone (OpenEnv's clients send ``close`` and hang up) is fine."""
+    try:
+        await ws.close(1000)
+    except (WebSocketDisconnect, RuntimeError, OSError):
+        pass
+
+
 def error_frame(service: EnvService, exc: ProtocolError) -> dict[str, Any]:
     service.metrics.protocol_errors.labels(exc.code.value).inc()
     return {"type": "error", "data": exc.data()}
@@ -48,13 +58,15 @@ def error_frame(service: EnvService, exc: ProtocolError) -> dict[str, Any]:
 async def serve_ws(ws: WebSocket, service: EnvService) -> None:
     await ws.accept()
     reader = FrameReader(ws, service.config.max_frame_bytes)
+    shared = ws.query_params.get("session_id")
     try:
         try:
-            session = service.open_session()
-        except ProtocolError as exc:  # OpenEnv: one CAPACITY_REACHED frame, then close 1000
+            session = service.attach(shared) if shared else service.open_session()
+        except ProtocolError as exc:  # OpenEnv: one CAPACITY_REACHED (SESSION_*) frame, then close 1000
             await reader.send(error_frame(service, exc))
-            await ws.close(1000)
+            await close_quietly(ws)
             return
+        cut = False  # the peer went away mid-request: that request was cancelled
         try:
             while (raw := await reader.next()) is not None:
                 try:
@@ -65,12 +77,16 @@ async def serve_ws(ws: WebSocket, service: EnvService) -> None:
                     log.exception("ws request failed")
                     finished, reply = True, error_frame(service, ProtocolError(ErrorCode.EXECUTION_ERROR, str(exc)))
                 if not finished:
+                    cut = True
                     break
                 if reply is None:
-                    await ws.close(1000)
+                    await close_quietly(ws)
                     break
                 await reader.send(reply)
         finally:
-            await service.close_session(session)
+            if shared and not cut:
+                service.detach(session)
+            else:
+                await service.close_session(session)
     finally:
         await reader.stop()

@@ -2,6 +2,7 @@
 
     env-server serve --tasks TASKS.jsonl --port 8000 &
     python examples/agent_loop.py --url ws://127.0.0.1:8000 [--instance six__demo-1]
+    ENV_SERVER_TOKEN=... python examples/agent_loop.py --url ws://host:8000  # or --env-token, or ?token=
 
 The policy here is a scripted stand-in for an LLM: swap `scripted_policy` for a function that
 sends `messages` + `tools` to your model and returns its tool call. Failed steps carry error-site
@@ -14,9 +15,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import websockets
+from websockets.exceptions import InvalidStatus
 
 
 def scripted_policy(step: int, observation: dict[str, Any]) -> dict[str, Any]:
@@ -39,9 +43,27 @@ async def request(ws: Any, type_: str, data: dict[str, Any] | None = None) -> di
     return reply["data"]
 
 
+def ws_url_and_token(url: str, token: str | None) -> tuple[str, str | None]:
+    """`url` + `/ws` without its `?token=` (sent as the Authorization header instead), and the token
+    to send: the URL's, else `token` (--env-token), else $ENV_SERVER_TOKEN."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query)
+    url_token = next((v for k, v in query if k == "token"), None)
+    base = parts._replace(path=parts.path.rstrip("/") + "/ws", query=urlencode([q for q in query if q[0] != "token"]))
+    return base.geturl(), url_token or token or os.environ.get("ENV_SERVER_TOKEN") or None
+
+
 async def main(url: str, instance: str | None, token: str | None) -> None:
+    ws_url, token = ws_url_and_token(url, token)
     headers = {"Authorization": f"Bearer {token}"} if token else None
-    async with websockets.connect(url.rstrip("/") + "/ws", additional_headers=headers, max_size=None) as ws:
+    try:
+        connection = await websockets.connect(ws_url, additional_headers=headers, max_size=None)
+    except InvalidStatus as exc:
+        if exc.response.status_code in (401, 403):
+            raise SystemExit(f"{ws_url} refused the connection: missing or wrong bearer token "
+                             "(pass --env-token or set ENV_SERVER_TOKEN)") from None
+        raise
+    async with connection as ws:
         data = await request(ws, "reset", {"instance_id": instance} if instance else {})
         obs = data["observation"]
         print("ISSUE:", obs["issue"].splitlines()[0])
@@ -63,6 +85,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", default="ws://127.0.0.1:8000")
     ap.add_argument("--instance", default=None)
-    ap.add_argument("--token", default=None)
+    ap.add_argument("--env-token", "--token", dest="token", default=None,
+                    help="bearer token of the server (default: $ENV_SERVER_TOKEN)")
     a = ap.parse_args()
     asyncio.run(main(a.url, a.instance, a.token))

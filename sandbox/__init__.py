@@ -6,6 +6,7 @@ operations for one episode in a jail built from a :class:`WorkspaceSpec`.
 
 from .base import Sandbox, open_sandbox
 from .models import (
+    ArgumentError,
     CommandResult,
     CommandStatus,
     HardeningPolicy,
@@ -23,7 +24,7 @@ from .models import (
 )
 
 __all__ = [
-    "CommandResult", "CommandStatus", "HardeningPolicy", "LayerMode", "Limits", "PathError",
+    "ArgumentError", "CommandResult", "CommandStatus", "HardeningPolicy", "LayerMode", "Limits", "PathError",
     "Sandbox", "SandboxClosed", "SandboxConfig", "SandboxDied", "SandboxError", "SandboxInfo",
     "SandboxStartError", "WorkspaceError", "WorkspaceSpec", "open_sandbox",
 ]

@@ -16,7 +16,7 @@ import time
 import weakref
 from typing import Any, Awaitable, Callable
 
-from .models import CommandResult, CommandStatus, PathError, SandboxDied, SandboxError
+from .models import ArgumentError, CommandResult, CommandStatus, PathError, SandboxDied, SandboxError
 
 MAX_LINE = 64 * 1024 * 1024
 _scan = json.scanner.make_scanner(json.JSONDecoder())  # one JSON value, no Python layers around it
@@ -109,7 +109,7 @@ class RuntimeChannel:
             if kind == "bad_path":
                 raise PathError(message, reason=str(err.get("reason", "bad_path")))
             if kind == "invalid_arguments":
-                raise ValueError(message)
+                raise ArgumentError(message)
             raise SandboxError(f"{kind}: {message}")
 
     def _expire(self) -> None:

@@ -167,6 +167,12 @@ class SandboxInfo(BaseModel):
     details: dict[str, str] = Field(default_factory=dict)
 
 
+class ArgumentError(ValueError):
+    """The runtime refused a call's arguments (the caller's mistake, not an infrastructure failure)."""
+
+    kind = "invalid_arguments"
+
+
 class SandboxError(RuntimeError):
     """Root of infrastructure failures of the sandbox layer."""
 

@@ -2,6 +2,10 @@
 
     trainer-client train --config trainer_client/configs/cpu_smoke.yaml \\
         --env-url http://127.0.0.1:8000 --set grpo.max_steps=3
+
+A replica started with a token (`ENV_SERVER_TOKEN`) needs it here too: `--env-token TOKEN`,
+the `ENV_SERVER_TOKEN` variable (the flag wins), or `?token=` on one `--env-url`; it is sent
+as `Authorization: Bearer <token>` and never printed.
 """
 
 from __future__ import annotations
@@ -12,7 +16,10 @@ import os
 import sys
 from pathlib import Path
 
+from pydantic import SecretStr
+
 from trainer_client.config import RunConfig, load_config, load_tokenizer, model_path
+from trainer_client.env_client import TOKEN_ENV, EnvAuthError, NoLiveReplicaError, resolve_token, split_token
 
 __all__ = ["build_parser", "main", "train"]
 
@@ -22,6 +29,9 @@ def _add_run_args(p: argparse.ArgumentParser, tasks_help: str) -> None:
     p.add_argument("--config", required=True, metavar="FILE", help="run config (YAML)")
     p.add_argument("--env-url", action="append", default=[], metavar="URL",
                    help="env server replica (repeatable); replaces env.urls of the config")
+    p.add_argument("--env-token", metavar="TOKEN",
+                   help=f"bearer token of the env server replicas (default: ${TOKEN_ENV}; a ?token= on an "
+                   "--env-url wins for that replica)")
     p.add_argument("--tasks", metavar="FILE", help=tasks_help)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="override any config key, e.g. grpo.learning_rate=1e-5 or loss.alpha=0.1 (repeatable)")
@@ -101,7 +111,11 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         overrides.append(f"grpo.output_dir={args.output_dir}")
     if args.max_steps is not None:
         overrides.append(f"grpo.max_steps={args.max_steps}")
-    return load_config(args.config, overrides)
+    cfg = load_config(args.config, overrides)
+    token = resolve_token(args.env_token)
+    if token:
+        cfg.env.client = cfg.env.client.model_copy(update={"token": SecretStr(token)})
+    return cfg
 
 
 def _run_train(args: argparse.Namespace) -> int:
@@ -110,7 +124,8 @@ def _run_train(args: argparse.Namespace) -> int:
         from trainer_client.config import build_grpo_config
 
         grpo = build_grpo_config(cfg)
-        print(cfg.model_dump_json(indent=2))
+        urls = [split_token(u)[0] for u in cfg.env.urls]  # a ?token= is never printed (nor is env.client.token)
+        print(cfg.model_copy(update={"env": cfg.env.model_copy(update={"urls": urls})}).model_dump_json(indent=2))
         print(f"GRPOConfig ok: output_dir={grpo.output_dir} max_steps={grpo.max_steps} use_vllm={grpo.use_vllm}")
         return 0
     train(cfg, resume=args.resume)
@@ -125,24 +140,25 @@ def train(cfg: RunConfig, resume: bool = False):
 
     from trainer_client.config import build_grpo_config, build_loss_config
     from trainer_client.environment import make_environment_class
-    from trainer_client.metrics import MetricsCallback, plot_metrics
+    from trainer_client.metrics import MetricsCallback, plot_metrics, quiet_progress
     from trainer_client.trainer import SweGRPOTrainer
 
     if not cfg.env.urls:
         raise SystemExit("trainer-client: no env server: pass --env-url or set env.urls")
     grpo = build_grpo_config(cfg)
-    tokenizer = load_tokenizer(cfg)
-    model = model_path(cfg)
     rows = [{"prompt": [{"role": "user", "content": cfg.data.prompt}], "instance_id": iid}
             for iid in cfg.instance_ids()] * cfg.data.repeat
     env_cls = make_environment_class(cfg.env.urls, cfg.env.client, reset_keys=cfg.env.reset_keys,
                                      auto_submit=cfg.env.auto_submit, max_output_chars=cfg.env.max_output_chars)
     jsonl = Path(cfg.output.metrics_jsonl or Path(grpo.output_dir) / "metrics.jsonl")
-    trainer = SweGRPOTrainer(
-        model=model, processing_class=tokenizer, args=grpo, train_dataset=Dataset.from_list(rows),
-        environment_factory=env_cls, loss_config=build_loss_config(cfg), callbacks=[MetricsCallback(jsonl)],
-    )
     try:
+        env_cls.runtime.run(env_cls.runtime.pool.connect())  # a refused token fails here, before the model loads
+        trainer = SweGRPOTrainer(
+            model=model_path(cfg), processing_class=load_tokenizer(cfg), args=grpo,
+            train_dataset=Dataset.from_list(rows), environment_factory=env_cls, loss_config=build_loss_config(cfg),
+            callbacks=[MetricsCallback(jsonl)],
+        )
+        quiet_progress(trainer)  # one short line per step (MetricsCallback), not the raw log dicts too
         trainer.train(resume_from_checkpoint=True if resume else None)
         trainer.save_model(str(Path(grpo.output_dir) / "final"))
     finally:
@@ -156,7 +172,11 @@ def train(cfg: RunConfig, resume: bool = False):
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except (EnvAuthError, NoLiveReplicaError) as exc:  # a setup error: one line, no traceback
+        print(f"trainer-client: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -12,6 +12,11 @@ requests fail with `EnvConnectionError`, and the pool stops placing sessions on 
 Errors: one root (`EnvClientError`); each also subclasses the matching stdlib type;
 server error codes come back as their own classes (a trainer can tell CAPACITY_REACHED
 from EXECUTION_ERROR).
+
+Auth: `ClientConfig.token` (or a `?token=` on one replica's URL, which wins for that replica
+and is stripped from the URL) is sent as `Authorization: Bearer <token>` on the handshake. A
+refused handshake (HTTP 401/403) or an UNAUTHORIZED frame raises `EnvAuthError` at once (no
+retries); the token never appears in URLs, logs or exception texts.
 """
 
 from __future__ import annotations
@@ -19,16 +24,20 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
+import os
 import uuid
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from env_server.protocol import MUX_SUBPROTOCOL, ErrorCode  # public wire types only
 
 __all__ = [
+    "TOKEN_ENV",
     "ClientConfig",
+    "EnvAuthError",
     "EnvCapacityError",
     "EnvClientError",
     "EnvConnectionError",
@@ -40,8 +49,14 @@ __all__ = [
     "NoLiveReplicaError",
     "RemoteSession",
     "ReplicaPool",
+    "auth_headers",
     "mux_url",
+    "resolve_token",
+    "split_token",
 ]
+
+#: the environment variable the clients read the env server's bearer token from
+TOKEN_ENV = "ENV_SERVER_TOKEN"
 
 
 class EnvClientError(Exception):
@@ -58,6 +73,15 @@ class NoLiveReplicaError(EnvConnectionError):
 
 class EnvTimeoutError(EnvClientError, TimeoutError):
     """No reply within the request timeout."""
+
+
+class EnvAuthError(EnvClientError, PermissionError):
+    """The replica refused the bearer token (HTTP 401/403 at the handshake, or an UNAUTHORIZED frame)."""
+
+    def __init__(self, url: str):
+        super().__init__(f"env replica {url} refused the connection: missing or wrong bearer token "
+                         f"(pass --env-token or set {TOKEN_ENV})")
+        self.url = url
 
 
 class EnvServerError(EnvClientError):
@@ -113,10 +137,45 @@ class ClientConfig(BaseModel):
     ping_interval_s: float | None = Field(20.0, description="WebSocket keepalive; None disables")
     ping_timeout_s: float | None = Field(60.0)
     max_frame_bytes: int = Field(100 * 1024 * 1024, gt=0)
+    token: SecretStr | None = Field(None, description="bearer token of the replicas (the CLI: --env-token or "
+                                    f"{TOKEN_ENV}); a `?token=` on a replica's URL wins for that replica")
+
+
+def split_token(url: str) -> tuple[str, str | None]:
+    """(`url` without its `token` query parameter, that token or None)."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    token = next((v for k, v in query if k == "token"), None)
+    rest = urlencode([(k, v) for k, v in query if k != "token"])
+    return urlunsplit(parts._replace(query=rest)), token or None
+
+
+def resolve_token(flag: str | None = None, env_var: str | None = TOKEN_ENV) -> str | None:
+    """The bearer token: the CLI flag's value, else the environment variable's, else None."""
+    return flag or (os.environ.get(env_var) if env_var else None) or None
+
+
+def auth_headers(token: str | SecretStr | None) -> dict[str, str]:
+    """`{"Authorization": "Bearer <token>"}`, or no header without a token."""
+    value = token.get_secret_value() if isinstance(token, SecretStr) else token
+    return {"Authorization": f"Bearer {value}"} if value else {}
+
+
+class _RedactingLogger(logging.LoggerAdapter):
+    """websockets' client logger minus the Authorization header's value (its debug log prints every header)."""
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        if len(args) == 2 and str(args[0]).lower() == "authorization":
+            args = (args[0], "<redacted>")
+        super().log(level, msg, *args, **kwargs)
+
+
+_WS_LOGGER = _RedactingLogger(logging.getLogger("websockets.client"), {})
 
 
 def mux_url(url: str) -> str:
-    """`http://h:p[/base]` or `ws://h:p[/base]` -> `ws://h:p[/base]/mux` (an explicit /mux is kept)."""
+    """`http://h:p[/base]` or `ws://h:p[/base]` -> `ws://h:p[/base]/mux` (an explicit /mux is kept;
+    the query, `?token=` included, is dropped: see `split_token`)."""
     parts = urlsplit(url if "://" in url else f"http://{url}")
     scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
     path = parts.path.rstrip("/")
@@ -129,8 +188,10 @@ class MuxConnection:
     """One WebSocket to one replica, shared by all sessions placed there."""
 
     def __init__(self, url: str, config: ClientConfig = ClientConfig()):
-        self.url = mux_url(url)
+        base, url_token = split_token(url)
+        self.url = mux_url(base)
         self.config = config
+        self._headers = auth_headers(url_token or config.token)
         self.dead = False
         self.reconnects = 0
         self._ws: Any = None
@@ -146,21 +207,30 @@ class MuxConnection:
 
     async def _open(self) -> Any:
         from websockets.asyncio.client import connect
+        from websockets.exceptions import InvalidStatus
 
-        return await asyncio.wait_for(
-            connect(
-                self.url,
-                max_size=self.config.max_frame_bytes,
-                subprotocols=[MUX_SUBPROTOCOL],
-                ping_interval=self.config.ping_interval_s,
-                ping_timeout=self.config.ping_timeout_s,
-                open_timeout=self.config.connect_timeout_s,
-            ),
-            self.config.connect_timeout_s,
-        )
+        try:
+            return await asyncio.wait_for(
+                connect(
+                    self.url,
+                    additional_headers=self._headers,
+                    logger=_WS_LOGGER,
+                    max_size=self.config.max_frame_bytes,
+                    subprotocols=[MUX_SUBPROTOCOL],
+                    ping_interval=self.config.ping_interval_s,
+                    ping_timeout=self.config.ping_timeout_s,
+                    open_timeout=self.config.connect_timeout_s,
+                ),
+                self.config.connect_timeout_s,
+            )
+        except InvalidStatus as exc:
+            if exc.response.status_code in (401, 403):
+                raise EnvAuthError(self.url) from None
+            raise
 
     async def connect(self) -> None:
-        """Open the socket (idempotent); raises EnvConnectionError if the replica is unreachable."""
+        """Open the socket (idempotent); raises EnvConnectionError if the replica is unreachable,
+        EnvAuthError (not retried) if it refuses the token."""
         async with self._connect_lock:
             if self.dead:
                 raise EnvConnectionError(f"replica {self.url} is dead")
@@ -171,7 +241,9 @@ class MuxConnection:
                 try:
                     self._ws = await self._open()
                     break
-                except Exception as exc:  # noqa: BLE001 - any failure means unreachable
+                except EnvAuthError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - any other failure means unreachable
                     if attempt == self.config.reconnect_attempts:
                         self._mark_dead(exc)
                         raise EnvConnectionError(f"cannot connect to {self.url}: {exc!r}") from exc
@@ -203,7 +275,10 @@ class MuxConnection:
             finally:
                 self._pending.pop(rid, None)
         if reply.get("type") == "error":
-            raise server_error(reply.get("data") or {})
+            data = reply.get("data") or {}
+            if data.get("code") == ErrorCode.UNAUTHORIZED.value:
+                raise EnvAuthError(self.url)
+            raise server_error(data)
         return reply
 
     async def _send(self, frame: dict) -> None:
@@ -252,6 +327,9 @@ class MuxConnection:
                 self._ws = await self._open()
                 self.reconnects += 1
                 return True
+            except EnvAuthError as exc:  # the replica now wants another token: no use retrying
+                last = exc
+                break
             except Exception as exc:  # noqa: BLE001
                 last = exc
         self._mark_dead(last or ConnectionError("connection lost"))
@@ -262,7 +340,8 @@ class MuxConnection:
         self._ws = None
         for _, future in list(self._pending.values()):
             if not future.done():
-                future.set_exception(EnvConnectionError(f"replica {self.url} lost: {exc!r}"))
+                future.set_exception(EnvAuthError(self.url) if isinstance(exc, EnvAuthError)
+                                     else EnvConnectionError(f"replica {self.url} lost: {exc!r}"))
 
     async def close(self) -> None:
         self._closing = True
@@ -320,8 +399,11 @@ class RemoteSession:
     async def step(self, action: dict, timeout_s: float | None = None) -> dict:
         return observation_from_reply(await self._call("step", action, timeout_s))
 
-    async def call_tool(self, tool_name: str, arguments: dict, timeout_s: float | None = None) -> dict:
+    async def call_tool(self, tool_name: str, arguments: dict, timeout_s: float | None = None,
+                        metadata: dict | None = None) -> dict:
         action = {"type": "call_tool", "tool_name": tool_name, "arguments": arguments}
+        if metadata:
+            action["metadata"] = metadata
         return await self.step(action, timeout_s)
 
     async def state(self, t: int | None = None) -> dict:
@@ -378,6 +460,16 @@ class ReplicaPool:
         if isinstance(last, EnvCapacityError):
             raise last
         raise NoLiveReplicaError(f"no replica could open a session: {last!r}") from last
+
+    async def connect(self) -> None:
+        """Open every replica's socket now (fail fast before a run): EnvAuthError when a replica
+        refuses the token; unreachable replicas are marked dead, NoLiveReplicaError when none is left."""
+        results = await asyncio.gather(*(c.connect() for c in self.connections), return_exceptions=True)
+        for result in results:
+            if isinstance(result, EnvAuthError):
+                raise result
+        if not self.live:
+            raise NoLiveReplicaError("no live env replica: " + ", ".join(c.url for c in self.connections))
 
     async def release(self, session: RemoteSession) -> None:
         """Close a session and free its slot in the placement count."""

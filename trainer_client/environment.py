@@ -18,12 +18,20 @@ signals are kept as `reward_hacking` (grading detected tampering: reward 0) and 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 from typing import Any, ClassVar
 
+from env_server.protocol import format_tool_output, tool_docstring
 from trainer_client.env_client import ClientConfig, EnvClientError, RemoteSession, ReplicaPool
 
 __all__ = ["EnvRuntime", "SweEnvironment", "make_environment_class"]
+
+
+def _described(method):
+    """Give a tool method the contract's docstring for the tool of the same name."""
+    method.__doc__ = tool_docstring(method.__name__)
+    return method
 
 
 class EnvRuntime:
@@ -78,12 +86,33 @@ class SweEnvironment:
         self.done = False
         self.infra_error: str | None = None
         self.instance_id: str | None = None
+        self.episode_id: str | None = None
         self.reward_hacking = False
         self.suspicious: tuple[str, ...] = ()
+        #: set by the trainer before a policy turn's tool calls: the assistant message they came from
+        self.pending_assistant: dict | None = None
+        self._turn = 0
 
     # ------------------------------------------------------------ lifecycle
     def _reset_kwargs(self, row: dict) -> dict:
-        return {k: row[k] for k in self.reset_keys if row.get(k) is not None}
+        kwargs = {k: row[k] for k in self.reset_keys if row.get(k) is not None}
+        if isinstance(row.get("prompt"), list) and row["prompt"]:  # a conversational row: TRL's presentation
+            kwargs["context"] = {"prompt": row["prompt"], "tools": self.tool_schemas(),
+                                 "max_output_chars": self.max_output_chars}
+        return kwargs
+
+    @classmethod
+    def tool_methods(cls) -> list[str]:
+        """The methods TRL exposes as tools, in its order (public functions but reset/get_reward)."""
+        return [name for name, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
+                if name not in ("reset", "get_reward") and not name.startswith("_")]
+
+    @classmethod
+    def tool_schemas(cls) -> list[dict]:
+        """The tool schemas the policy is shown (transformers derives them from the methods, as TRL does)."""
+        from transformers.utils import get_json_schema
+
+        return [get_json_schema(getattr(cls, name)) for name in cls.tool_methods()]
 
     def _prepare(self, **row: Any) -> None:
         """Start opening the session for `row` in the background (the trainer calls this for
@@ -104,9 +133,11 @@ class SweEnvironment:
             self._release()
             session, obs = self.runtime.run(self.runtime.pool.open_session(**kwargs))
         self._session = session
+        self.pending_assistant, self._turn = None, 0
         self.turns, self.reward, self.done, self.infra_error = [], None, False, None
         self.reward_hacking, self.suspicious = False, ()
         self.instance_id = (obs.get("metadata") or {}).get("instance_id", kwargs.get("instance_id"))
+        self.episode_id = (obs.get("metadata") or {}).get("episode_id")
         return str(obs.get("issue") or obs.get("output") or "")
 
     async def _discard(self, future) -> None:
@@ -139,47 +170,26 @@ class SweEnvironment:
         return reward
 
     # ------------------------------------------------------------ tools
+    # Each tool's docstring is the contract's (env_server/protocol.py TOOL_SPECS): TRL derives the
+    # schema the policy sees from it, so the policy sees each tool exactly as the env serves it.
+    @_described
     def bash(self, command: str, timeout: float | None = None) -> str:
-        """Run a shell command in a persistent bash session at /workspace (the repository). The working
-        directory and exported variables persist between calls. There is no network.
-
-        Args:
-            command: The shell command to run.
-            timeout: Seconds before the command is killed (optional).
-        """
         return self._call("bash", {"command": command, "timeout": timeout})
 
+    @_described
     def view(self, path: str, start_line: int | None = None, end_line: int | None = None) -> str:
-        """Show a file with line numbers, optionally only lines start_line..end_line, or list a directory.
-
-        Args:
-            path: File or directory, relative to /workspace.
-            start_line: First line shown, 1-based (optional).
-            end_line: Last line shown; -1 for the end of the file (optional).
-        """
         return self._call("view", {"path": path, "start_line": start_line, "end_line": end_line})
 
+    @_described
     def str_replace(self, path: str, old: str, new: str) -> str:
-        """Replace the text `old` by `new` in a file; `old` must occur exactly once in the file.
-
-        Args:
-            path: File to edit, relative to /workspace.
-            old: Text occurring exactly once in the file.
-            new: Replacement text.
-        """
         return self._call("str_replace", {"path": path, "old": old, "new": new})
 
+    @_described
     def create(self, path: str, content: str) -> str:
-        """Create or overwrite a file with the given content.
-
-        Args:
-            path: File to write, relative to /workspace.
-            content: The full content of the file.
-        """
         return self._call("create", {"path": path, "content": content})
 
+    @_described
     def submit(self) -> str:
-        """Finish the episode: your changes to the repository are graded by hidden tests."""
         return self._call("submit", {})
 
     # ------------------------------------------------------------ plumbing
@@ -191,7 +201,7 @@ class SweEnvironment:
             return "Error: the episode is over (submit was called); no more tool calls are accepted."
         args = {k: v for k, v in arguments.items() if v is not None}
         try:
-            obs = self.runtime.run(self._session.call_tool(tool_name, args))
+            obs = self.runtime.run(self._session.call_tool(tool_name, args, metadata=self._turn_metadata(record)))
         except EnvClientError as exc:
             # infrastructure, not the policy: recorded, never turned into an error site
             self.infra_error = f"{type(exc).__name__}: {exc}"
@@ -218,17 +228,18 @@ class SweEnvironment:
                 self.infra_error = f"{meta.get('error_kind')}: {meta.get('error_message', '')}"
         return self._format(obs)
 
+    def _turn_metadata(self, by_policy: bool) -> dict:
+        """Action metadata that lets state(t) rebuild the policy's context: the turn and its message."""
+        if not by_policy:
+            return {"origin": "client"}
+        pending, self.pending_assistant = self.pending_assistant, None
+        if pending is None:
+            return {"turn": self._turn} if self._turn else {}
+        self._turn += 1
+        return {"turn": self._turn, "assistant": pending}
+
     def _format(self, obs: dict) -> str:
-        text = str(obs.get("output") or "")
-        meta = obs.get("metadata") or {}
-        message = meta.get("error_message")
-        if meta.get("error_kind") and message and message not in text:
-            text = f"{text}\n[{meta['error_kind']}] {message}" if text else f"[{meta['error_kind']}] {message}"
-        limit = self.max_output_chars
-        if len(text) > limit:
-            half = limit // 2
-            text = f"{text[:half]}\n[... {len(text) - limit} characters cut ...]\n{text[-half:]}"
-        return text or "(no output)"
+        return format_tool_output(obs, self.max_output_chars)
 
 
 def make_environment_class(

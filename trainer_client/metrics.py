@@ -10,7 +10,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-__all__ = ["MetricsCallback", "plot_metrics"]
+__all__ = ["MetricsCallback", "plot_metrics", "quiet_progress"]
 
 #: what the stdout line shows first (when present), then loss channels and error kinds
 HEADLINE = ("reward", "reward_std", "env/reward_hacking", "env/suspicious_submissions", "loss",
@@ -34,7 +34,24 @@ class MetricsCallback(TrainerCallback):
         if self.echo:
             keys = [k for k in HEADLINE if k in record]
             keys += sorted(k for k in record if k.startswith(("channels/", "env/errors/")))
+            if not keys:  # e.g. the end-of-training summary: nothing a step line shows
+                return
             print(f"[step {state.global_step}] " + " ".join(f"{k}={record[k]:.4g}" for k in keys), flush=True)
+
+
+def quiet_progress(trainer: Any) -> None:
+    """Keep the progress bar but drop its dump of every log dict (MetricsCallback prints the step line)."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    class _QuietProgress(ProgressCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            return None
+
+    for cls in (ProgressCallback, PrinterCallback):
+        if any(isinstance(cb, cls) for cb in trainer.callback_handler.callbacks):
+            trainer.remove_callback(cls)
+    if not trainer.args.disable_tqdm:
+        trainer.add_callback(_QuietProgress)
 
 
 def _is_number(v: Any) -> bool:

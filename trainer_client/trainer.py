@@ -162,8 +162,16 @@ class ConcurrentToolsMixin:
         active = sorted(pending)
         call_count = failure_count = iteration = 0
 
+        envs = getattr(self, "environments", None) or []
+        turn_ids = {i: list(completion_ids[i]) for i in active}  # what the policy generated for its turn
         while active and iteration < self.max_tool_calling_iterations:
             before = {i: (len(completions[i]), len(prompts[i])) for i in active}
+            for i in active:  # the env records the turn's message with its calls: state(t) = this context
+                if i < len(envs) and hasattr(envs[i], "pending_assistant"):
+                    message = completions[i][-1]
+                    envs[i].pending_assistant = {"content": str(message.get("content") or ""),
+                                                 "tool_calls": list(message.get("tool_calls") or []),
+                                                 "token_ids": turn_ids[i]}
             futures = {i: self._executor().submit(self._run_rollout_tools, i, pending[i]) for i in active}
             records: dict[int, list[dict]] = {}
             for i in active:  # results are appended in rollout order: deterministic
@@ -215,10 +223,12 @@ class ConcurrentToolsMixin:
                 if logprobs is not None:
                     logprobs[i] += [0.0] * tool_len + post_logprobs[k]
                 completion_ids[i] = pct_ids[i][len(prompt_ids[i]):] + post_ids[k]
+                turn_ids[i] = list(post_ids[k])
                 if post_ids[k]:
                     error_sites[i] += [
                         {
                             "turn": rec["turn"],
+                            "tool_name": rec.get("tool_name") or "tool",
                             "error_kind": rec["error_kind"],
                             "hint_template_key": rec.get("hint_template_key"),
                             "token_start": completion_tool_len,

@@ -14,6 +14,8 @@ and unrewarded rollouts, and the rewarded behaviour becomes more likely as it tr
         --env-url http://127.0.0.1:8000 --tasks TASKS.jsonl --out runs/warm
     trainer-client train ... --set model.name_or_path=runs/warm
 
+(`--env-token TOKEN` or `ENV_SERVER_TOKEN` for a replica that requires a bearer token.)
+
 The gold patch reaches only the trainer side (it is in the task file the trainer reads);
 the demonstrations go through the env like any agent's actions.
 """
@@ -238,6 +240,7 @@ def warmstart(cfg: Any, out_dir: str | Path, steps: int = 150, lr: float = 1e-2,
     base = model_path(cfg)
     demos: list[Demo] = []
     try:
+        env_cls.runtime.run(env_cls.runtime.pool.connect())  # a refused token (EnvAuthError) fails here, at once
         with tempfile.TemporaryDirectory() as scratch:
             # a trainer only for its tool schemas and tool-suffix templating: the rollouts' token layout
             grpo = build_grpo_config(cfg, output_dir=scratch, report_to=[], save_strategy="no")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..protocol import TaskRecord as _ContractTaskRecord
+
 
 class PackageSpec(BaseModel):
     """A pinned PyPI source distribution that tasks are synthesized from."""
@@ -77,25 +79,7 @@ class CandidateVerdict(BaseModel):
     messages: dict[str, str] = Field(default_factory=dict, description="failure message per FAIL_TO_PASS test")
 
 
-class TaskRecord(BaseModel):
-    """A task instance in SWE-bench format plus our repo_path and python_env (see docs/contracts.md)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    instance_id: str
-    repo: str
-    base_commit: str
-    problem_statement: str
-    hints_text: str = ""
-    patch: str
-    test_patch: str = ""
-    FAIL_TO_PASS: list[str]
-    PASS_TO_PASS: list[str]
-    version: str
-    environment_setup_commit: str
-    created_at: str | None = None
-    repo_path: str = Field(description="repository directory, relative to the task file")
-    python_env: str | None = Field(None, description="venv directory, relative to the task file")
+TaskRecord = _ContractTaskRecord  # the contract's task record (env_server/protocol.py)
 
 
 class TaskProvenance(BaseModel):

@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
+from requirements import missing
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "compose.yaml"
@@ -18,10 +18,8 @@ SERVICE_LABEL = "com.docker.compose.service"
 
 
 def unavailable(reason: str) -> None:
-    """Skip, or fail when SWE_REQUIRE_DOCKER=1 (CI) says the engine must be there."""
-    if os.environ.get("SWE_REQUIRE_DOCKER") == "1":
-        pytest.fail(f"SWE_REQUIRE_DOCKER=1 but {reason}")
-    pytest.skip(reason)
+    """Skip, or fail when CI=true or SWE_REQUIRE_DOCKER=1 says the engine must be there."""
+    missing("docker", reason)
 
 
 def compose_command() -> list[str] | None:

@@ -2,7 +2,7 @@
 OpenEnv's validator, full episodes through the trainer's env client over both replicas,
 containment probes from inside the deployment, and a teardown that leaves nothing.
 
-Skips without a Docker engine or compose binary, unless SWE_REQUIRE_DOCKER=1 (CI).
+Skips without a Docker engine or compose binary, unless CI=true or SWE_REQUIRE_DOCKER=1.
 The tests of this module share one deployment and run in file order.
 """
 

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from containers_lib import ROOT
+from requirements import missing
 
 K8S_DIR = ROOT / "deploy" / "kubernetes"
 K8S_VERSION = "1.30.0"  # the oldest we claim (appArmorProfile is a 1.30 field)
@@ -31,7 +32,7 @@ def _validator():
     try:
         import kubernetes_validate
     except ImportError:
-        pytest.skip("kubernetes-validate is not installed (pip install kubernetes-validate)")
+        missing("kubernetes-validate", "it is not installed (pip install kubernetes-validate)")
     return kubernetes_validate
 
 
@@ -94,9 +95,16 @@ def test_trainer_job_reaches_every_replica_and_reserves_gpus():
     (trainer,) = job["spec"]["template"]["spec"]["containers"]
     assert int(trainer["resources"]["limits"]["nvidia.com/gpu"]) >= 1
     script = " ".join(trainer["args"])
-    env = {e["name"]: e["value"] for e in trainer["env"]}
+    env = {e["name"]: e.get("value") for e in trainer["env"]}
+    assert trainer_token_from_secret(trainer["env"])
     assert ("Service", env["ENV_SERVICE"]) in objs, "the trainer must look up the env's Service"
     assert "getent ahostsv4" in script and "--env-url" in script and "accelerate launch" in script
     vllm_host = re.match(r"http://([^:/]+):(\d+)", env["VLLM_URL"])
     vllm_svc = objs[("Service", vllm_host.group(1))]
     assert vllm_svc["spec"]["ports"][0]["port"] == int(vllm_host.group(2))
+
+
+def trainer_token_from_secret(env: list[dict]) -> bool:
+    """The trainer reads the replicas' bearer token from the secret the env pods read it from."""
+    ref = next((e.get("valueFrom", {}).get("secretKeyRef") for e in env if e["name"] == "ENV_SERVER_TOKEN"), None)
+    return bool(ref) and ref.get("name") == "swe-env-token" and ref.get("key") == "token"

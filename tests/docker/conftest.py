@@ -1,7 +1,7 @@
 """Fixtures of the docker backend's own tests (a real engine and the real image).
 
-Without an engine or the sandbox image these tests skip, unless
-``SWE_REQUIRE_DOCKER=1`` (CI sets it) turns that into a failure. After every
+Without an engine or the sandbox image these tests skip, unless CI=true or
+``SWE_REQUIRE_DOCKER=1`` turns that into a failure (tests/requirements.py). After every
 test no sandbox container created during it may be left.
 """
 
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from docker_testlib import sandbox_containers, wait_gone
+from requirements import missing
 from sandbox import SandboxConfig, WorkspaceSpec
 
 IMAGE = os.environ.get("SWE_SANDBOX_IMAGE", "swe-openenv-sandbox:latest")
@@ -28,20 +29,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(pytest.mark.timeout(120))
 
 
-def _unavailable(reason: str) -> None:
-    if os.environ.get("SWE_REQUIRE_DOCKER") == "1":
-        pytest.fail(f"SWE_REQUIRE_DOCKER=1 but {reason}")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="session")
 def client():
-    try:
-        from sandbox.docker import docker_client
+    from sandbox.docker import docker_client  # the project's own module: never optional
 
+    try:
         return docker_client(None)
     except Exception as exc:  # no SDK or no engine
-        _unavailable(f"no Docker engine: {exc}")
+        missing("docker", f"no Docker engine: {exc}")
 
 
 @pytest.fixture(scope="session")
@@ -51,7 +46,7 @@ def image(client) -> str:
     try:
         client.images.get(IMAGE)
     except docker.errors.ImageNotFound:
-        _unavailable(f"image {IMAGE} missing (run docker/build-images.sh)")
+        missing("docker", f"image {IMAGE} missing (run docker/build-images.sh)")
     return IMAGE
 
 

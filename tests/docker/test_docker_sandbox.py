@@ -95,7 +95,8 @@ async def test_sessions_are_isolated(client, config, spec) -> None:
     try:
         assert a.info.details["uid"] != b.info.details["uid"]
         await a.run("echo from-a > only_a.txt; sleep 30 &")
-        r = await b.run("ls; ps -eo args")
+        r = await b.run("ls; ps -eo args; echo PROBE-DONE")  # the marker: the probe ran to its end
+        assert r.output.rstrip().endswith("PROBE-DONE"), r
         assert "only_a.txt" not in r.output and "sleep 30" not in r.output
     finally:
         await asyncio.gather(a.close(), b.close())

@@ -4,7 +4,6 @@ across test directories): a real uvicorn server on a free loopback port, and `ru
 from __future__ import annotations
 
 import asyncio
-import shutil
 import socket
 import threading
 import time
@@ -19,15 +18,9 @@ from env_server.config import ServerConfig
 from env_server.task import TaskInstance
 
 
-def _sandbox_available() -> bool:
-    try:
-        import sandbox.bwrap  # noqa: F401
-    except ImportError:
-        return False
-    return shutil.which("bwrap") is not None
-
-
-requires_sandbox = pytest.mark.skipif(not _sandbox_available(), reason="bwrap sandbox backend not available")
+# The bwrap sandbox backend: the `bwrap` fixture of tests/conftest.py skips without bubblewrap,
+# or fails under CI / SWE_REQUIRE_BWRAP=1.
+requires_sandbox = pytest.mark.usefixtures("bwrap")
 
 
 def free_port() -> int:

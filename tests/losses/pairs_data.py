@@ -22,13 +22,13 @@ def pair_records(n: int = 4) -> list[dict]:
         ]
         out.append(
             {
-                "state_id": f"ep{i}:t2",
+                "state_id": f"ep{i}:2",
                 "messages": messages,
                 "tools": TOOLS,
                 "chosen": {"tool_name": "view", "arguments": {"path": f"module_{i}.py"}},
                 "rejected": {"tool_name": "bash", "arguments": {"command": "rm -rf tests"}},
                 "n_teachers_agreeing": 2,
-                "provenance": {"teachers": ["a", "b", "c"]},
+                "provenance": {"episode_id": f"ep{i}", "t": 2, "teachers": ["a", "b", "c"], "agreeing": ["a", "b"]},
             }
         )
     return out

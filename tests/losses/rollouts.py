@@ -10,10 +10,10 @@ _HEADER = "<|im_start|>assistant\n"
 _TURN2 = '<tool_call>\n{{"name": "view", "arguments": {{"path": "{path}"}}}}\n</tool_call><|im_end|>\n'
 
 _VARIANTS = [
-    ("rg foo", "bash: rg: command not found", "src/foo.py", "command_not_found", "bash.command_not_found"),
-    ("pytest", "1 failed, 3 passed", "tests/test_foo.py", "test_failure", "bash.test_failure"),
-    ("cat nofile", "cat: nofile: No such file or directory", "src/", "nonzero_exit", "bash.nonzero_exit"),
-    ("sleep 999", "timed out after 30 s", "README.md", "timeout", "bash.timeout"),
+    ("rg foo", "bash: rg: command not found", "src/foo.py", "command_not_found", "shell.command_not_found"),
+    ("pytest", "1 failed, 3 passed", "tests/test_foo.py", "test_failure", "tests.failed"),
+    ("cat nofile", "cat: nofile: No such file or directory", "src/", "nonzero_exit", "shell.nonzero_exit"),
+    ("sleep 999", "timed out after 30 s", "README.md", "timeout", "shell.timeout"),
 ]
 
 

@@ -23,7 +23,8 @@ ARMS = {"baseline": (0.0, 0.0), "+sdpo": (0.1, 0.0), "+replay": (0.0, 0.05), "fu
 
 @pytest.mark.slow
 def test_four_arms_complete_and_log_all_components(tokenizer, tmp_path):
-    trainer_mod = pytest.importorskip("trainer_client.trainer")
+    from trainer_client import trainer as trainer_mod
+
     pairs = write_pairs(tmp_path / "pairs.jsonl", 4)
     batch = make_grpo_batch(tokenizer, 2)
     logged = {}

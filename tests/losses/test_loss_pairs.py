@@ -21,7 +21,7 @@ from .pairs_data import write_pairs
 
 def test_load_and_render_pairs(tokenizer, tmp_path):
     pairs = load_pairs(write_pairs(tmp_path / "p.jsonl", 3))
-    assert [p.state_id for p in pairs] == ["ep0:t2", "ep1:t2", "ep2:t2"]
+    assert [p.state_id for p in pairs] == ["ep0:2", "ep1:2", "ep2:2"]
     assert pairs[0].messages[2]["tool_calls"][0]["function"]["arguments"] == {"command": "ls"}
     enc = encode_pair(tokenizer, pairs[0], 0)
     prompt = tokenizer.decode(enc.prompt_ids)

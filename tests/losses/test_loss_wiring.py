@@ -37,7 +37,8 @@ def test_taid_scheduler_linear_and_adaptive():
 
 
 def test_swe_trainer_uses_this_mixin():
-    trainer_mod = pytest.importorskip("trainer_client.trainer")
+    from trainer_client import trainer as trainer_mod
+
     cls = trainer_mod.SweGRPOTrainer
     assert issubclass(cls, ThreeChannelLossMixin)
     assert cls._compute_loss is ThreeChannelLossMixin._compute_loss

@@ -12,7 +12,6 @@ import asyncio
 import json
 import math
 import os
-import shutil
 import socket
 import subprocess
 import threading
@@ -25,21 +24,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-app_mod = pytest.importorskip("env_server.app", reason="env server (issue: env_server) not importable yet")
-losses = pytest.importorskip("trainer_client.losses", reason="channel-3 loss (issue 6) not importable yet")
-env_client = pytest.importorskip("trainer_client.env_client", reason="env client (issue 5) not importable yet")
-if shutil.which("bwrap") is None:
-    pytest.skip("bwrap sandbox not available", allow_module_level=True)
-
 import httpx  # noqa: E402
 import uvicorn  # noqa: E402
 
+from env_server import app as app_mod  # noqa: E402
 from env_server.config import ServerConfig  # noqa: E402
+from trainer_client import env_client, losses  # noqa: E402
 
 from .fake_teacher import FakeTeacherServer, Reply  # noqa: E402
 from trainer_client.replay.cli import add_subcommands  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("bwrap")]  # bwrap: skips without it, fails in CI
 
 STUDENT = [("bash", {"command": "ls"}), ("bash", {"command": "cat nope.txt"}),
            ("view", {"path": "calc.py"}), ("bash", {"command": "echo done"})]

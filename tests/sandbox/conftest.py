@@ -5,8 +5,8 @@
   the reflog, ORIG_HEAD and a dangling blob still hold it; the base tree also
   carries planted bytecode, type/test caches and archives of the secret code.
   Every secret contains ``MARK`` so one substring check finds any leak.
-* ``backend``: "bwrap" and "docker"; docker skips when its module or engine is
-  missing.
+* ``backend``: "bwrap" and "docker"; a missing bwrap or Docker engine skips, or
+  fails under CI (see tests/requirements.py).
 * ``harness``: opens real sessions (``async with harness.session() as sb``).
 * After every test: a fresh session must still answer ``echo ok`` and no host
   process started by the test may be left.
@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
+from requirements import missing
 from sbxlib import CACHE_DIR, CommandResult, Harness, SecretRepo, host_procs, make_secret_repo, wait_no_procs
 
 TEST_TIMEOUT_S = 240
@@ -49,11 +48,9 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # --------------------------------------------------------------- backends
-def _docker_skip_reason() -> str | None:
-    if importlib.util.find_spec("sandbox.docker") is None:
-        return "sandbox/docker.py is missing"
+def _docker_missing() -> str | None:
     try:
-        import docker  # noqa: F401
+        import docker
 
         docker.from_env(timeout=5).ping()
     except Exception as exc:  # no SDK, no socket, engine down
@@ -63,14 +60,15 @@ def _docker_skip_reason() -> str | None:
 
 @pytest.fixture(scope="session", params=["bwrap", "docker"])
 def backend(request: pytest.FixtureRequest) -> str:
+    """Missing backends fail under CI / SWE_REQUIRE_<BACKEND>=1 and skip otherwise."""
     if request.param == "docker":
-        reason = _docker_skip_reason()
-        if reason and os.environ.get("SWE_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"SWE_REQUIRE_DOCKER=1 but {reason}")
+        import sandbox.docker  # noqa: F401 - the project's own backend: never optional
+
+        reason = _docker_missing()
         if reason:
-            pytest.skip(reason)
-    elif shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap is not installed")
+            missing("docker", reason)
+    else:
+        request.getfixturevalue("bwrap")
     return request.param
 
 

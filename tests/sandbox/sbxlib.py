@@ -236,6 +236,15 @@ async def py(sb, code: str, timeout: float = 60) -> CommandResult:
                         timeout_s=timeout)
 
 
+# A probe that checks only that something is ABSENT from its output prints DONE as its last
+# action: a probe that crashed early (syntax error, exception) then fails instead of passing.
+DONE = "PROBE-DONE"
+
+
+def assert_done(res: CommandResult) -> None:
+    assert res.output.rstrip().endswith(DONE), f"the probe did not run to its end: {res!r}"
+
+
 def assert_no_secret(*texts: str | bytes) -> None:
     for text in texts:
         if isinstance(text, bytes):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sbxlib import PLANTED, PY_MARK, SH_MARK, assert_no_secret, py, sh
+from sbxlib import PLANTED, PY_MARK, SH_MARK, assert_done, assert_no_secret, py, sh
 
 
 async def test_planted_files_purged(harness):
@@ -117,14 +117,16 @@ async def test_archives_of_code_unreadable_by_zipfile_tarfile_zipimport(harness)
         assert "done" in res.output and res.output.count("noimport") == 2, res.output
         assert_no_secret(res.output)
         res = await sh(sb, "python3 dist/secret.pyz 2>&1; python3 -m zipfile -l dist/secret.zip 2>&1; "
-                           "tar xzf dist/secret.tar.gz -O 2>&1; zcat dist/*.gz 2>&1; true")
+                           "tar xzf dist/secret.tar.gz -O 2>&1; zcat dist/*.gz 2>&1; echo PROBE-DONE")
+        assert_done(res)
         assert_no_secret(res.output)
 
 
 async def test_type_and_test_caches_unreadable(harness):
     async with harness.session() as sb:
         res = await sh(sb, f"cat .mypy_cache/3.11/pkg/core.data.json .pytest_cache/v/cache/lastfailed "
-                           f".pytype/pyi/pkg/core.pyi 2>&1; grep -ra {SH_MARK} . /tmp 2>&1; true")
+                           f".pytype/pyi/pkg/core.pyi 2>&1; grep -ra {SH_MARK} . /tmp 2>&1; echo PROBE-DONE")
+        assert_done(res)
         assert_no_secret(res.output)
         res = await sh(sb, "shopt -s globstar dotglob; for f in **/*; do echo \"$f\"; done")
         assert res.ok and "pkg/core.py" in res.output, res
@@ -199,5 +201,7 @@ async def test_compressed_or_renamed_archives_of_code_unreadable(harness, tmp_pa
                         if mark in dec(data): print("LEAK", p, name)
                     except Exception:
                         pass
+            print("PROBE-DONE")
         """)
+        assert_done(res)
         assert "LEAK" not in res.output, res.output

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from sbxlib import SH_MARK, sh
+from sbxlib import SH_MARK, assert_done, sh
 
 from sandbox import PathError
 
@@ -49,7 +49,8 @@ async def test_write_file_refuses_paths_and_symlinks_out(harness):
         for path in ESCAPES + ["l-victim", "l-tmpdir/new", "l-passwd", "l-up/new",
                                f"{harness.repo.host_secret_file}"]:
             await _refused(sb.write_file(path, b"pwned\n"), path)
-        res = await sh(sb, "cat /tmp/victim; ls /tmp; head -1 /etc/passwd")
+        res = await sh(sb, "cat /tmp/victim; ls /tmp; head -1 /etc/passwd; echo PROBE-DONE")
+        assert_done(res)
         assert "pwned" not in res.output and "new" not in res.output.split(), res.output
     assert harness.repo.host_secret_file.read_text().endswith("-hostfile\n")
 

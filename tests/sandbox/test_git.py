@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from sbxlib import PY_MARK, assert_no_secret, make_secret_repo, py, sh
+from sbxlib import PY_MARK, assert_done, assert_no_secret, make_secret_repo, py, sh
 
 
 async def test_git_log_all_reflog_stash_show_one_commit(harness):
@@ -14,12 +14,14 @@ async def test_git_log_all_reflog_stash_show_one_commit(harness):
         res = await sh(sb, "git log --all --reflog --oneline; git reflog --all; git stash list; "
                            "git branch -a; git tag -l; git remote -v; git notes list; "
                            "git show-ref; git for-each-ref; cat .git/packed-refs .git/ORIG_HEAD "
-                           ".git/FETCH_HEAD .git/logs/HEAD .git/refs/stash 2>&1; true")
+                           ".git/FETCH_HEAD .git/logs/HEAD .git/refs/stash 2>&1; echo PROBE-DONE")
+        assert_done(res)
         assert_no_secret(res.output)
         refs = await sh(sb, "git for-each-ref --format='%(refname)'")
         assert refs.output.split() == ["refs/heads/main"], refs.output
         for what in ("ORIG_HEAD", "FETCH_HEAD", "refs/stash", "packed-refs", "logs"):
-            r = await sh(sb, f"test -e .git/{what} && echo PRESENT")
+            r = await sh(sb, f"test -e .git/{what} && echo PRESENT; echo PROBE-DONE")
+            assert_done(r)
             assert "PRESENT" not in r.output, what
 
 
@@ -41,7 +43,8 @@ async def test_git_batch_all_objects_fsck_and_packs_hold_no_secret(harness):
                            "git fsck --full --lost-found --unreachable --dangling --no-reflogs 2>&1; "
                            "ls .git/lost-found/*/ 2>/dev/null | head; cat .git/lost-found/*/* 2>/dev/null; "
                            "for p in .git/objects/pack/*.idx; do [ -e \"$p\" ] && git verify-pack -v \"$p\"; done; "
-                           "git count-objects -v", timeout=60)
+                           "git count-objects -v; echo PROBE-DONE", timeout=60)
+        assert_done(res)
         assert "unreachable" not in res.output and "dangling" not in res.output, res.output
         assert_no_secret(res.output)
         res = await py(sb, f"""
@@ -65,10 +68,14 @@ async def test_git_restore_does_not_bring_back_purged_files(harness):
     async with harness.session() as sb:
         res = await sh(sb, "git ls-tree -r --name-only HEAD; git checkout -- . 2>&1; git restore . 2>&1; "
                            "git reset -q --hard 2>&1; git stash pop 2>&1; git checkout ORIG_HEAD 2>&1; "
-                           "git checkout HEAD~1 2>&1; git checkout fix 2>&1; git checkout v1 2>&1; ls -a . pkg dist")
+                           "git checkout HEAD~1 2>&1; git checkout fix 2>&1; git checkout v1 2>&1; ls -a . pkg dist; "
+                           "echo PROBE-DONE")
+        assert_done(res)
         assert "__pycache__" not in res.output and ".pyc" not in res.output, res.output
         assert ".mypy_cache" not in res.output and "secret.zip" not in res.output, res.output
-        res = await sh(sb, 'python3 -c "import pkg.core; print(pkg.core.feature())" 2>&1; cat pkg/core.py')
+        res = await sh(sb, 'python3 -c "import pkg.core; print(pkg.core.feature())" 2>&1; cat pkg/core.py; '
+                           'echo PROBE-DONE')
+        assert_done(res)
         assert_no_secret(res.output)
 
 
@@ -77,7 +84,8 @@ async def test_git_remote_and_host_repo_unreachable(harness):
     async with harness.session() as sb:
         res = await sh(sb, f"git config -l; git fetch {remote} 2>&1; git fetch origin 2>&1; "
                            f"git ls-remote {remote} 2>&1; git ls-remote {repo} 2>&1; "
-                           f"ls {repo} {remote} 2>&1; git log --all --oneline")
+                           f"ls {repo} {remote} 2>&1; git log --all --oneline; echo PROBE-DONE")
+        assert_done(res)
         assert "remote." not in res.output.split("fatal")[0], res.output
         assert str(remote) not in res.output.split("\n")[0], res.output
         assert_no_secret(res.output)
@@ -93,7 +101,8 @@ async def test_git_history_squashed_when_directory_taken_as_is(harness, tmp_path
     async with harness.session(spec) as sb:
         res = await sh(sb, f"git rev-list --all --reflog | wc -l; for s in {shas}; do git cat-file -e $s 2>/dev/null "
                            f"&& echo FOUND $s; done; git stash list; git remote -v; "
-                           f"python3 -c 'import pkg.helpers as h; print(h.helper())'; ls pkg")
+                           f"python3 -c 'import pkg.helpers as h; print(h.helper())'; ls pkg; echo PROBE-DONE")
+        assert_done(res)
         lines = res.output.splitlines()
         assert lines and lines[0].strip() == "1", res.output
         assert "FOUND" not in res.output and "__pycache__" not in res.output, res.output

@@ -9,7 +9,7 @@ import socket
 import subprocess
 from pathlib import Path
 
-from sbxlib import MARK, PY_MARK, SH_MARK, assert_no_secret, host_procs, py, sh
+from sbxlib import MARK, PY_MARK, SH_MARK, assert_done, assert_no_secret, host_procs, py, sh
 
 
 async def test_host_environment_not_inherited(harness, monkeypatch):
@@ -27,7 +27,9 @@ async def test_host_environment_not_inherited(harness, monkeypatch):
                     for f in ("environ", "cmdline"):
                         try: print(p, f, open("/proc/%s/%s" % (p, f), "rb").read())
                         except OSError as e: print(p, f, "denied")
+            print("PROBE-DONE")
         """)
+        assert_done(res)
         assert_no_secret(res.output)
 
 
@@ -75,7 +77,9 @@ async def test_host_files_unreadable(harness):
             for line in open("/proc/self/mountinfo"):
                 src = line.split()[3]
                 if src.startswith("/tmp/") and os.path.exists(src): print("HOSTPATH", src)
+            print("PROBE-DONE")
         """)
+        assert_done(res)
         assert "READ" not in res.output and "DIR" not in res.output and "HOSTPATH" not in res.output, res.output
         assert_no_secret(res.output)
 
@@ -148,7 +152,8 @@ async def test_ptrace_and_process_vm_denied(harness):
         assert "ATTACH -1" in res.output and "TRACEME -1" in res.output and "VMREAD -1" in res.output, res.output
         assert "MEM1 readable" not in res.output, res.output
         res = await sh(sb, "strace -f true 2>&1; echo strace=$?; sleep 30 & gdb -batch -ex 'info proc' -p $! 2>&1 "
-                           "| grep -c 'exe = '; kill %1")
+                           "| grep -c 'exe = '; kill %1; echo PROBE-DONE")
+        assert_done(res)
         assert "strace=0" not in res.output and "\n1\n" not in res.output, res.output
 
 
@@ -182,7 +187,8 @@ async def test_mount_unshare_setns_clone3_denied(harness):
         assert res.output.count("denied") == 7, res.output
         res = await sh(sb, "unshare -Ur id 2>&1; unshare -rn true 2>&1 && echo UNSHARED; "
                            "mount -t tmpfs none /tmp 2>&1 && echo MOUNTED; su -c id root </dev/null 2>&1; "
-                           "nsenter -t 1 -m true 2>&1 && echo ENTERED; true")
+                           "nsenter -t 1 -m true 2>&1 && echo ENTERED; echo PROBE-DONE")
+        assert_done(res)
         assert "UNSHARED" not in res.output and "MOUNTED" not in res.output and "ENTERED" not in res.output, res.output
         assert "uid=0" not in res.output, res.output
 
@@ -200,7 +206,9 @@ async def test_kernel_attack_surface_syscalls_denied(harness):
             for name, args in calls.items():
                 r = libc.syscall(*[ctypes.c_long(a) for a in args])
                 print(name, "ALLOWED" if r >= 0 or ctypes.get_errno() not in (1, 38) else "denied", r, ctypes.get_errno())
+            print("PROBE-DONE")
         """)
+        assert_done(res)
         assert "ALLOWED" not in res.output, res.output
 
 

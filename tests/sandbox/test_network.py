@@ -7,7 +7,7 @@ import os
 import socket
 import threading
 
-from sbxlib import py, sh
+from sbxlib import assert_done, py, sh
 
 
 @contextlib.contextmanager
@@ -66,8 +66,9 @@ async def test_host_loopback_server_unreachable(harness):
                         print("refused", a, type(e).__name__)
             """)
             bash = await sh(sb, f"echo hi > /dev/tcp/127.0.0.1/{port} && echo CONNECTED-BASH; "
-                                f"timeout 3 bash -c 'cat < /dev/tcp/127.0.0.1/{port}' 2>&1; true")
+                                f"timeout 3 bash -c 'cat < /dev/tcp/127.0.0.1/{port}' 2>&1; echo PROBE-DONE")
     assert "refused" in res.output and "CONNECTED" not in res.output, res.output
+    assert_done(bash)
     assert "CONNECTED" not in bash.output and "HELLO" not in bash.output, bash.output
     assert not accepted, f"the host's server accepted connections from the sandbox: {accepted}"
 
@@ -98,7 +99,8 @@ async def test_external_network_and_dns_unreachable(harness):
         assert "SENT-UDP" not in res.output, res.output
         assert "IFACES ['lo']" in res.output, res.output
         res = await sh(sb, "pip download --no-deps -d /tmp/x six 2>&1 | tail -2; "
-                           "git ls-remote https://github.com/git/git 2>&1 | head -2; true", timeout=90)
+                           "git ls-remote https://github.com/git/git 2>&1 | head -2; echo PROBE-DONE", timeout=90)
+        assert_done(res)
         assert "Saved" not in res.output and "refs/heads" not in res.output, res.output
 
 

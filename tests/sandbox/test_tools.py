@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 
-from sbxlib import py, sh
+from sbxlib import assert_done, py, sh
 
 from sandbox.models import DEFAULT_BLOCKED_TOOLS
 
@@ -161,5 +161,6 @@ async def test_python_and_perl_interpreters_cannot_exec_written_scripts_directly
             printf '#!/bin/sh\\necho RAN-SCRIPT\\n' > run.sh; chmod +x run.sh; ./run.sh 2>&1
             python3 -c "import os,shutil; shutil.copy('/usr/bin/echo','/tmp/e'); os.chmod('/tmp/e',0o755); os.execv('/tmp/e',['e','RAN-ELF'])" 2>&1
             perl -e 'system("/workspace/run.sh") == 0 or print "perl refused\\n"' 2>&1
-            true""")
+            echo PROBE-DONE""")
+        assert_done(res)
         assert "RAN-SCRIPT" not in res.output and "RAN-ELF" not in res.output, res.output

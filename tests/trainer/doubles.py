@@ -167,7 +167,7 @@ class MuxServerDouble:
                 output = f"exit code 1: {cmd}"
                 meta.update(
                     error_kind="nonzero_exit",
-                    hint_template_key="bash.nonzero_exit",
+                    hint_template_key="shell.nonzero_exit",
                     error_source="agent",
                     error_message="command failed",
                 )

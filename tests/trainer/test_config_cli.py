@@ -66,7 +66,8 @@ def test_gpu_config_validates_or_skips():
     cfg = load_config(CONFIGS / "gpu_qwen.yaml", ["data.instance_ids=[t]"])
     assert cfg.grpo["use_vllm"] is True and cfg.grpo["vllm_mode"] in ("colocate", "server")
     assert cfg.model.name_or_path.startswith("Qwen/")
-    torch = pytest.importorskip("torch")
+    import torch
+
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU: GPU config checked statically only")
     grpo = build_grpo_config(cfg)

@@ -4,12 +4,14 @@ reconnect with re-send, dead replicas, typed errors."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
 
 from trainer_client.env_client import (
     ClientConfig,
+    EnvAuthError,
     EnvCapacityError,
     EnvConnectionError,
     EnvSessionError,
@@ -19,6 +21,7 @@ from trainer_client.env_client import (
     RemoteSession,
     ReplicaPool,
     mux_url,
+    split_token,
 )
 
 from .doubles import MuxServerDouble, free_port
@@ -42,6 +45,38 @@ def test_mux_url():
     assert mux_url("https://h/base/") == "wss://h/base/mux"
     assert mux_url("ws://h:1/mux") == "ws://h:1/mux"
     assert mux_url("h:2") == "ws://h:2/mux"
+    assert mux_url("http://h:1/?token=s") == "ws://h:1/mux"
+
+
+def test_split_token_moves_the_token_out_of_the_url():
+    assert split_token("http://h:1/b?token=s3&x=1") == ("http://h:1/b?x=1", "s3")
+    assert split_token("http://h:1") == ("http://h:1", None)
+    assert split_token("http://h:1?token=") == ("http://h:1", None)
+    conn = MuxConnection("http://h:1?token=from-url", ClientConfig(token="from-config"))
+    assert conn.url == "ws://h:1/mux" and conn._headers == {"Authorization": "Bearer from-url"}
+    assert "from-config" not in repr(ClientConfig(token="from-config"))
+
+
+def test_unauthorized_frame_is_a_typed_auth_error():
+    """An UNAUTHORIZED error frame (e.g. a proxy in front of the replica) raises EnvAuthError, not a retry."""
+    from websockets.asyncio.server import serve
+
+    async def refuse(ws):
+        async for raw in ws:
+            rid = json.loads(raw)["request_id"]
+            await ws.send(f'{{"request_id": "{rid}", "type": "error", '
+                          '"data": {"code": "UNAUTHORIZED", "message": "no token"}}')
+
+    async def main():
+        async with serve(refuse, "127.0.0.1", 0) as srv:
+            url = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
+            pool = ReplicaPool([url], FAST)
+            with pytest.raises(EnvAuthError, match="pass --env-token or set ENV_SERVER_TOKEN") as info:
+                await pool.open_session(instance_id="t")
+            assert info.value.url == mux_url(url)
+            await pool.close()
+
+    run(main())
 
 
 def test_sessions_interleave_on_one_connection(server):

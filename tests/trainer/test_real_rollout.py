@@ -134,6 +134,32 @@ def test_token_ids_preserved_across_turns(probe):
         assert output["prompt_ids"][i][-prompt_len:].tolist() == calls[0][0][i]  # left-padded prompt
 
 
+def test_state_t_is_exactly_the_policys_context(probe, real_env_url):
+    """RFC 007: the tokenized state(t) equals the ids the policy was conditioned on at turn t
+    (the first turn's ids are a non-canonical tokenization: only the recorded ids reproduce them)."""
+    import httpx
+
+    from trainer_client.context import context_ids
+
+    trainer, _, episode = probe
+    tok = trainer.processing_class
+    calls = trainer.generate_calls
+    for i in range(2):
+        env = trainer.environments[i]
+        assert env.episode_id
+        for t in range(3):
+            reply = httpx.get(f"{real_env_url}/episodes/{env.episode_id}/state/{t}", timeout=30)
+            assert reply.status_code == 200, reply.text
+            state = reply.json()
+            assert context_ids(tok, state) == calls[t][0][i], (t, tok.decode(context_ids(tok, state)))
+            if t:  # re-rendering the assistant turns instead of the recorded ids would not be exact here
+                assert context_ids(tok, {**state, "turn_token_ids": None}) != calls[t][0][i]
+            if t:
+                tool_msgs = [m for m in state["messages"] if m["role"] == "tool"]
+                assert [m["content"] for m in tool_msgs] == episode.outputs[:t]  # the policy's formatting
+                assert state["tools"] == env.tool_schemas() and state["messages"][0]["role"] == "user"
+
+
 def test_error_sites_in_turn_record_and_inputs(probe):
     trainer, output, episode = probe
     tok = trainer.processing_class
@@ -147,7 +173,7 @@ def test_error_sites_in_turn_record_and_inputs(probe):
         sites = output["error_sites"][i]
         gens = episode.generated
         start = len(gens[0]) + len(episode.suffixes[0]) + len(gens[1]) + len(episode.suffixes[1])
-        assert sites == [{"turn": 1, "error_kind": "command_not_found",
+        assert sites == [{"turn": 1, "tool_name": "bash", "error_kind": "command_not_found",
                           "hint_template_key": "shell.command_not_found", "token_start": start}]
         completion, tool_mask = _unpadded(output, i)
         before = tok.decode(completion[:start])

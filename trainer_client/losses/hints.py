@@ -1,6 +1,7 @@
 """Hint text for error sites: a `HintSource` interface and the YAML template source.
 
-The env marks agent mistakes with `error_kind` and `hint_template_key` (`<tool>.<kind>`);
+The env marks agent mistakes with `error_kind` and `hint_template_key` (the contract's keys,
+e.g. `edit.no_match`; the failing tool's name comes with the turn);
 channel 2 inserts a hint for each one into the teacher's context. Templates are data
 (`hints.yaml`); an LLM-written source can implement `HintSource` and plug in unchanged.
 """
@@ -14,23 +15,12 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 
 import yaml
 
+from env_server.protocol import ErrorKind
+
 __all__ = ["ERROR_KINDS", "ErrorSite", "HintSource", "TemplateHintSource", "load_hint_source"]
 
-ERROR_KINDS: tuple[str, ...] = (
-    "command_not_found",
-    "nonzero_exit",
-    "timeout",
-    "blocked_tool",
-    "file_not_found",
-    "edit_no_match",
-    "edit_multiple_matches",
-    "syntax_error",
-    "python_exception",
-    "test_failure",
-    "invalid_arguments",
-    "sandbox_error",
-)
-"""The error kinds the env emits (docs/contracts.md, observation metadata)."""
+ERROR_KINDS: tuple[str, ...] = tuple(kind.value for kind in ErrorKind)
+"""The error kinds the env emits (the contract's closed set, env_server/protocol.py)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +35,7 @@ class ErrorSite:
     error_kind: str
     hint_template_key: str
     token_start: int
+    tool_name: str = "tool"
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ErrorSite":
@@ -53,12 +44,12 @@ class ErrorSite:
             error_kind=str(d["error_kind"]),
             hint_template_key=str(d.get("hint_template_key") or d["error_kind"]),
             token_start=int(d["token_start"]),
+            tool_name=str(d.get("tool_name") or "tool"),
         )
 
     @property
     def tool(self) -> str:
-        key = self.hint_template_key
-        return key.split(".", 1)[0] if "." in key else "tool"
+        return self.tool_name
 
 
 @runtime_checkable
@@ -74,7 +65,7 @@ class _SafeFormat(dict):
 
 
 class TemplateHintSource:
-    """Hints from templates keyed `<tool>.<kind>`, falling back to `<kind>`, then `default`."""
+    """Hints from templates keyed by `hint_template_key`, falling back to the error kind, then `default`."""
 
     def __init__(self, templates: Mapping[str, str]):
         if "default" not in templates:

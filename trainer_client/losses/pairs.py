@@ -1,6 +1,6 @@
 """Replayed preference pairs: the JSONL records, their chat-template rendering, a sampler.
 
-A record (written by the teacher-replay issue):
+A record (the contract's ``PairRecord``, env_server/protocol.py; written by `trainer-client replay`):
   {"state_id", "messages": [chat], "tools": [OpenAI function schemas],
    "chosen": {"tool_name", "arguments"}, "rejected": {...}, "n_teachers_agreeing",
    "provenance": {...}}
@@ -16,6 +16,8 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
+
+from env_server.protocol import PairRecord
 
 __all__ = ["EncodedPair", "PairSampler", "PreferencePair", "ToolAction", "collate_pairs", "encode_pair", "load_pairs"]
 
@@ -86,8 +88,9 @@ def load_pairs(path: str | Path) -> list[PreferencePair]:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            try:
-                pairs.append(PreferencePair.from_dict(json.loads(line)))
+            try:  # the contract's record first: a pair the env side would not write is refused here
+                record = PairRecord.model_validate_json(line)
+                pairs.append(PreferencePair.from_dict(record.model_dump()))
             except (KeyError, ValueError, TypeError) as e:
                 raise ValueError(f"{path}:{n}: bad pair record: {e}") from e
     return pairs

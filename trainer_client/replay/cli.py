@@ -12,6 +12,8 @@ from pathlib import Path
 import httpx
 from tqdm import tqdm
 
+from trainer_client.env_client import EnvAuthError, resolve_token, split_token
+
 from .agreement import AgreementRule
 from .config import ReplayConfigError, load_teachers
 from .gating import GatingConfig
@@ -25,9 +27,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_argument_group("traces (one or both)")
     src.add_argument("--traces", nargs="+", default=[], metavar="JSONL",
                      help="exported trace files: one state(t) record per line")
-    src.add_argument("--env-url", help="env server base URL to fetch traces from")
+    src.add_argument("--env-url", help="env server base URL to fetch traces from (a ?token= is sent as the header)")
     src.add_argument("--episode", action="append", default=[], metavar="ID",
                      help="episode id to fetch from --env-url (repeatable)")
+    src.add_argument("--env-token", metavar="TOKEN", help="the env server's bearer token (default: --env-token-env)")
     src.add_argument("--env-token-env", default="ENV_SERVER_TOKEN", metavar="VAR",
                      help="environment variable holding the env server's bearer token (default: %(default)s)")
     p.add_argument("--teachers", metavar="FILE",
@@ -63,9 +66,10 @@ async def _load_states(args: argparse.Namespace) -> list[StateRecord]:
     if args.episode:
         if not args.env_url:
             raise ReplayConfigError("--episode needs --env-url")
-        async with env_client(args.env_token_env) as client:
+        base, url_token = split_token(args.env_url)
+        async with env_client(url_token or resolve_token(args.env_token, args.env_token_env)) as client:
             for ep in args.episode:
-                states.extend(await fetch_trace(client, args.env_url, ep))
+                states.extend(await fetch_trace(client, base, ep))
     if not states:
         raise ReplayConfigError("no traces: give --traces FILE and/or --env-url URL --episode ID")
     return states
@@ -108,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         result = asyncio.run(_run(args))
-    except (ReplayConfigError, TraceError, httpx.HTTPError, OSError) as exc:
+    except (ReplayConfigError, TraceError, EnvAuthError, httpx.HTTPError, OSError) as exc:
         print(f"replay: error: {exc}", file=sys.stderr)
         return 2
     _write_jsonl(args.out, result.pairs)

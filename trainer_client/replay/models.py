@@ -6,14 +6,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from env_server.protocol import PairProvenance, PairRecord, ToolCall
 
-class ToolAction(BaseModel):
-    """One tool call in the env's action schema (docs/contracts.md "Actions")."""
+__all__ = ["CallRecord", "PairProvenance", "PreferencePair", "StateRecord", "ToolAction"]
 
-    model_config = ConfigDict(extra="forbid")
 
-    tool_name: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
+#: the contract's records (env_server/protocol.py): one definition for the env and the trainer
+ToolAction = ToolCall
 
 
 class StateRecord(BaseModel):
@@ -72,29 +71,4 @@ class CallRecord(BaseModel):
     """True when some attempt was charged its worst case (no usage reported, or unknown outcome)."""
 
 
-class PairProvenance(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    episode_id: str
-    t: int
-    instance_id: str = ""
-    teachers: list[str]
-    """Every teacher queried for this state, in config order."""
-    agreeing: list[str] = Field(default_factory=list)
-    """The teachers whose canonical action equals `chosen`."""
-    costs: dict[str, float] = Field(default_factory=dict)
-    """USD spent per teacher on this state."""
-
-
-class PreferencePair(BaseModel):
-    """One (chosen, rejected) pair for the channel-3 preference loss (one JSONL line)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    state_id: str
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]]
-    chosen: ToolAction
-    rejected: ToolAction
-    n_teachers_agreeing: int
-    provenance: PairProvenance
+PreferencePair = PairRecord

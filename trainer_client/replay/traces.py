@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import httpx
+
+from trainer_client.env_client import EnvAuthError, auth_headers
 
 from .models import StateRecord
 
@@ -51,18 +52,23 @@ def read_trace_files(paths: Iterable[str | Path]) -> list[StateRecord]:
     return states
 
 
-def env_client(token_env: str | None = "ENV_SERVER_TOKEN", timeout: float = 60.0) -> httpx.AsyncClient:
-    """An HTTP client for the env server, with its bearer token when the variable is set."""
-    token = os.environ.get(token_env) if token_env else None
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return httpx.AsyncClient(headers=headers, timeout=timeout)
+def env_client(token: str | None = None, timeout: float = 60.0) -> httpx.AsyncClient:
+    """An HTTP client for the env server, sending `Authorization: Bearer <token>` when given."""
+    return httpx.AsyncClient(headers=auth_headers(token), timeout=timeout)
+
+
+def _raise_for_status(resp: httpx.Response, base_url: str) -> None:
+    """EnvAuthError for a refused token (401/403), httpx's error for any other failure."""
+    if resp.status_code in (401, 403):
+        raise EnvAuthError(base_url)
+    resp.raise_for_status()
 
 
 async def fetch_state(client: httpx.AsyncClient, base_url: str, episode_id: str, t: int) -> StateRecord:
     """`GET {base}/episodes/{episode_id}/state/{t}`: one record as JSON."""
     url = f"{base_url.rstrip('/')}/episodes/{episode_id}/state/{t}"
     resp = await client.get(url)
-    resp.raise_for_status()
+    _raise_for_status(resp, base_url)
     try:
         return StateRecord.model_validate(resp.json())
     except Exception as exc:
@@ -74,7 +80,7 @@ async def fetch_trace(client: httpx.AsyncClient, base_url: str, episode_id: str,
     """state(t) for every step of an episode that has a student action (t = 0 .. steps-1)."""
     url = f"{base_url.rstrip('/')}/episodes/{episode_id}/trace"
     resp = await client.get(url)
-    resp.raise_for_status()
+    _raise_for_status(resp, base_url)
     lines = []
     for line in resp.text.splitlines():
         if not line.strip():
