@@ -45,35 +45,11 @@ except ImportError:  # the env extra brings uvloop; without it the client is hea
     run_loop = asyncio.run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import pipe_round_trip_us  # noqa: E402
 from env_server.demo_task import demo_tasks_file  # noqa: E402
 
 TRUE = {"type": "call_tool", "tool_name": "bash", "arguments": {"command": "true"}}
-
-
-def pipe_round_trip_us(n: int = 5000) -> float:
-    """A one-byte ping-pong between two processes over pipes: what a context switch costs on
-    this machine right now (shared VMs vary by 2x over minutes; read the figures against it)."""
-    r1, w1 = os.pipe()
-    r2, w2 = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(w1)
-            while (b := os.read(r1, 1)):
-                os.write(w2, b)
-        finally:
-            os._exit(0)
-    os.close(r1)
-    os.close(w2)
-    t = time.perf_counter()
-    for _ in range(n):
-        os.write(w1, b"x")
-        os.read(r2, 1)
-    elapsed = time.perf_counter() - t
-    os.close(w1)  # the child reads EOF and exits
-    os.waitpid(pid, 0)
-    os.close(r2)
-    return elapsed / n * 1e6
 
 
 def pct(xs: list[float], p: float) -> float:

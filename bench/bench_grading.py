@@ -34,42 +34,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from env_server.demo_task import demo_tasks_file  # noqa: E402
 from env_server.diffs import filter_diff, touched_paths  # noqa: E402
 from env_server.grading import GradeCache, grade_submission  # noqa: E402
 from env_server.junit import PASSING, outcomes_for, parse_junit  # noqa: E402
 from env_server.task import TaskInstance, load_tasks  # noqa: E402
+from machine import pipe_round_trip_us  # noqa: E402
 from sandbox import SandboxConfig, open_sandbox  # noqa: E402
 
 TARGET_OVERHEAD = 0.10  # the defences add at most 10% to the grading p50
 TIMEOUT_S = 300
-
-
-def pipe_round_trip_us(n: int = 5000) -> float:
-    """A one-byte ping-pong between two processes over pipes: what a context switch costs on
-    this machine right now (as in bench_env_server.py; read the figures against it)."""
-    r1, w1 = os.pipe()
-    r2, w2 = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(w1)
-            while (b := os.read(r1, 1)):
-                os.write(w2, b)
-        finally:
-            os._exit(0)
-    os.close(r1)
-    os.close(w2)
-    t = time.perf_counter()
-    for _ in range(n):
-        os.write(w1, b"x")
-        os.read(r2, 1)
-    elapsed = time.perf_counter() - t
-    os.close(w1)  # the child reads EOF and exits
-    os.waitpid(pid, 0)
-    os.close(r2)
-    return elapsed / n * 1e6
 
 
 async def legacy_grade(task: TaskInstance, diff: str, config: SandboxConfig,

@@ -18,7 +18,6 @@ import asyncio
 import hashlib
 import json
 import secrets
-import shlex
 import time
 from collections import OrderedDict
 from typing import Any, Literal

@@ -1,0 +1,34 @@
+"""The machine reference every benchmark prints beside its figures (shared VMs vary over minutes)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+__all__ = ["pipe_round_trip_us"]
+
+
+def pipe_round_trip_us(n: int = 5000) -> float:
+    """A one-byte ping-pong between two processes over pipes: what a context switch costs on
+    this machine right now (shared VMs vary by 2x over minutes; read the figures against it)."""
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(w1)
+            while (b := os.read(r1, 1)):
+                os.write(w2, b)
+        finally:
+            os._exit(0)
+    os.close(r1)
+    os.close(w2)
+    t = time.perf_counter()
+    for _ in range(n):
+        os.write(w1, b"x")
+        os.read(r2, 1)
+    elapsed = time.perf_counter() - t
+    os.close(w1)  # the child reads EOF and exits
+    os.waitpid(pid, 0)
+    os.close(r2)
+    return elapsed / n * 1e6
