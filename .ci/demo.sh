@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The main job on embedded defaults: build a few real SWE tasks from PyPI sdists,
+# The main job on embedded defaults: build a few synthetic SWE tasks (one-token mutations of real
+# code, source: synthetic-mutation) from PyPI sdists,
 # start a local env server (bwrap sandbox) on loopback, warm-start the tiny Qwen2
 # smoke model on demonstrations recorded through that server (gold-patch edits and
 # lazy submits, so GRPO groups mix rewarded and unrewarded rollouts; cached), and
@@ -17,7 +18,7 @@ OUT=${DEMO_OUTPUT_DIR:-runs/demo}
 STEPS=${DEMO_STEPS:-8}
 WARMSTART=${DEMO_WARMSTART:-1}
 
-echo "== 1/4 tasks: real bug-fix tasks from PyPI source distributions (cached after the first run)"
+echo "== 1/4 tasks: synthetic bug-fix tasks (one-token mutations of real code from PyPI sdists; cached)"
 $BIN/env-server tasks build --out "$TASKS_DIR" --packages inflection,idna --max-tasks 4 --min-tasks 2 --quiet
 PORT=$($BIN/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 URL="http://127.0.0.1:$PORT"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .junit import parse_junit
 
-VERSION = "six-demo-v1"
+VERSION = "six-demo-v2"
 BUG = ('    def b(s):\n        return s.encode("latin-1")', '    def b(s):\n        return s.encode("utf-8")')
 STATEMENT = ("six.b() returns the wrong bytes on Python 3\n\n"
              "`six.b(\"\\xff\")` should be the single byte b'\\xff' (a byte literal: each character is one byte, "
@@ -86,7 +86,7 @@ def _build(dest: Path) -> None:
     test_patch = _git(repo, "diff")
     _git(repo, "rm", "-q", "--cached", "test_six.py")
     (repo / "test_six.py").unlink()
-    task = {"instance_id": "six__demo-1", "repo": "benjaminp/six", "base_commit": base,
+    task = {"instance_id": "six__demo-1", "source": "synthetic-mutation", "repo": "benjaminp/six", "base_commit": base,
             "problem_statement": STATEMENT, "hints_text": "", "patch": gold, "test_patch": test_patch,
             "FAIL_TO_PASS": json.dumps(f2p), "PASS_TO_PASS": p2p, "version": "1.16",
             "environment_setup_commit": base, "repo_path": "repo", "python_env": "venv"}

@@ -98,7 +98,7 @@ class Episode:
 
     def _meta(self, **extra: Any) -> dict[str, Any]:
         return {"episode_id": self.episode_id, "step": self.step_count, "instance_id": self.task.instance_id,
-                **extra}
+                "task_source": self.task.source, **extra}
 
     @property
     def state(self) -> EpisodeState:

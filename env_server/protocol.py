@@ -450,12 +450,19 @@ class PairRecord(BaseModel):
 # ---------------------------------------------------------------- tasks
 
 
+TaskSource = Literal["synthetic-mutation", "release-diff", "swe-bench"]
+"""Where a task's bug and fix come from, said everywhere a task is shown:
+``synthetic-mutation``: a one-token mutation of real code, its fix the reverted token (SWE-smith-style);
+``release-diff``: a real fix between two releases; ``swe-bench``: a SWE-bench-family instance."""
+
+
 class TaskRecord(BaseModel):
     """A task instance as written to a task file: SWE-bench's fields plus where the code lives here."""
 
     model_config = ConfigDict(extra="forbid")
 
     instance_id: str
+    source: TaskSource
     repo: str
     base_commit: str
     problem_statement: str

@@ -36,6 +36,7 @@ class TaskInstance(BaseModel):
     version: str = ""
     environment_setup_commit: str = ""
     created_at: str | None = None
+    source: str | None = Field(None, description="synthetic-mutation | release-diff | swe-bench (None: unlabelled)")
     repo_path: Path
     python_env: Path | None = None
     image: str | None = None

@@ -1,4 +1,4 @@
-"""Task builder: real SWE-style bug-fix tasks synthesized from pinned PyPI sdists.
+"""Task builder: synthetic SWE-style bug-fix tasks (one-token mutations of real code) from pinned PyPI sdists.
 
 ``build_tasks(out_dir, ...)`` writes ``tasks.jsonl`` (SWE-bench fields plus
 ``repo_path``/``python_env``), ``repos/``, ``envs/`` and ``build_report.json``.

@@ -1,4 +1,4 @@
-"""``build_tasks``: synthesize validated bug-fix tasks from pinned PyPI sdists.
+"""``build_tasks``: synthesize validated bug-fix tasks (``source: synthetic-mutation``) from pinned PyPI sdists.
 
 Per package: unpack the sdist as a git repo (clean commit), build its test venv,
 run its suite twice (stable passing tests), then try seeded mutations one at a
@@ -39,7 +39,7 @@ ATTEMPTS_PER_TASK = 8
 # Bump when the way verdicts are computed changes: it invalidates cached verdicts.
 VERDICT_VERSION = "3"
 # Bump when the same inputs would give different tasks (ordering, statements, ids).
-BUILDER_VERSION = "5"
+BUILDER_VERSION = "6"
 # Node ids that pass unchanged through a shell command line and JUnit XML.
 _SAFE_NODEID = re.compile(r"^[\x21-\x7e]+$")
 _UNSAFE_CHARS = set("\\'\"`$;&|<>")
@@ -295,7 +295,7 @@ class _PackageBuilder:
             self.log(f"{instance_id}: statement leaks ({'; '.join(found)}); skipped")
             return "statement_leaks"
         record = TaskRecord(
-            instance_id=instance_id, repo=f"pypi/{spec.name}", base_commit=bug, problem_statement=statement,
+            instance_id=instance_id, source="synthetic-mutation", repo=f"pypi/{spec.name}", base_commit=bug, problem_statement=statement,
             patch=patch, FAIL_TO_PASS=verdict.fail_to_pass, PASS_TO_PASS=verdict.pass_to_pass,
             version=spec.version, environment_setup_commit=bug,
             repo_path=f"repos/{spec.key}", python_env=f"envs/{spec.key}",

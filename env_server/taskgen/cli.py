@@ -20,7 +20,7 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def add_task_commands(sub: argparse._SubParsersAction) -> None:
-    build = sub.add_parser("build", help="synthesize bug-fix tasks from pinned PyPI sdists")
+    build = sub.add_parser("build", help="synthesize bug-fix tasks (synthetic mutations of real code) from pinned PyPI sdists")
     build.add_argument("--out", type=Path, required=True, help="output directory (tasks.jsonl, repos/, envs/)")
     build.add_argument("--packages", nargs="+", default=None, metavar="NAME",
                        help=f"packages to use (default: all of {', '.join(CATALOG)}); commas also separate")

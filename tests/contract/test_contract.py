@@ -106,7 +106,7 @@ def test_a_pair_record_round_trips_to_the_loss(tmp_path):
 
 def test_a_task_record_loads_as_the_servers_task(tmp_path):
     (tmp_path / "repo").mkdir()
-    record = TaskRecord(instance_id="pkg__1", repo="pypi/pkg", base_commit="abc", problem_statement="broken",
+    record = TaskRecord(instance_id="pkg__1", source="synthetic-mutation", repo="pypi/pkg", base_commit="abc", problem_statement="broken",
                         patch="diff", FAIL_TO_PASS=["t.py::test_a"], PASS_TO_PASS=[], version="1.0",
                         environment_setup_commit="abc", repo_path="repo")
     task = TaskInstance.model_validate(record.model_dump()).resolved(tmp_path)

@@ -32,6 +32,7 @@ def test_full_episode_resolves_with_the_fix(make_server, demo_task):
             assert r["type"] == "observation" and r["data"]["done"] is False
             assert "six.b()" in obs["issue"] and {t["name"] for t in obs["tools"]} >= {"bash", "submit"}
             assert obs["metadata"]["episode_id"] == "ep-full"
+            assert obs["metadata"]["task_source"] == "synthetic-mutation"  # said wherever a task is shown
             # hidden tests are absent from the workspace
             r = await call(ws, "step", tool("bash", command="ls; git log --oneline | wc -l"))
             out = r["data"]["observation"]["output"]

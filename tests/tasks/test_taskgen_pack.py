@@ -42,8 +42,10 @@ def test_pack_is_swe_bench_format_with_local_paths(pack: Path) -> None:
         assert not Path(r.repo_path).is_absolute() and not Path(r.python_env).is_absolute()
         assert r.FAIL_TO_PASS and not set(r.FAIL_TO_PASS) & set(r.PASS_TO_PASS)
         assert r.patch.startswith("diff --git ") and r.test_patch == ""
+        assert r.source == "synthetic-mutation"  # labelled honestly: a mutation, not a historical fix
     loaded = load_tasks(pack)  # the env server's own loader
     assert [t.instance_id for t in loaded] == [r.instance_id for r in records]
+    assert {t.source for t in loaded} == {"synthetic-mutation"}
 
 
 def test_base_commit_holds_the_bug_and_the_gold_patch_reverses_it(pack: Path, report: BuildReport) -> None:
