@@ -25,7 +25,7 @@ from env_server.config import ServerConfig
 from env_server.diffs import split_diff
 from env_server.episode import EpisodeConfig
 from env_server.task import TaskInstance, load_tasks
-from grading_attacks import Attack, Ctx, attacks, bash_script
+from grading_attacks import Ctx, attacks, bash_script
 from sandbox import SandboxConfig
 
 pytestmark = [requires_sandbox, pytest.mark.timeout(1200)]
