@@ -20,6 +20,7 @@ import json
 import secrets
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -118,9 +119,9 @@ _DEFAULT_CACHE = GradeCache()
 KIT_ROOT = "/tmp/.grade"
 
 
-async def _stage(sb: Sandbox, tag: str, files: dict[str, str]) -> str:
-    """Place ``files`` under /tmp/.grade/<tag>/ (outside the workspace) in one move; return the folder."""
-    dest = f"{KIT_ROOT}/{tag}"
+async def _stage(sb: Sandbox, dest: str, files: dict[str, str]) -> None:
+    """Place ``files`` in ``dest`` under /tmp/.grade (outside the workspace) with one command."""
+    tag = dest.rsplit("/", 1)[-1]
     staged = []
     for name, data in files.items():
         staging = f".swe-grade-{tag}-{name}"
@@ -130,7 +131,6 @@ async def _stage(sb: Sandbox, tag: str, files: dict[str, str]) -> str:
     res = await sb.run(f"mkdir -p {dest}/home {dest}/pyc && {moves}", timeout_s=60)
     if not res.ok:
         raise SandboxError(f"could not stage the grading kit: {res.output[-500:]}")
-    return dest
 
 
 async def _apply(sb: Sandbox, patch_path: str) -> tuple[bool, str]:
@@ -173,59 +173,73 @@ def _summary(output: str, nonce: str) -> dict[str, Any] | None:
     return None
 
 
-async def _run_tests(sb: Sandbox, task: TaskInstance, config: RunnerConfig, touched: set[str],
-                     timeout_s: float) -> tuple[dict[str, Any] | None, bytes | None, bytes, Canary, str]:
-    """Run the hidden tests under the supervisor; (summary, junit bytes, channel bytes, canary, output)."""
-    tag, nonce = secrets.token_hex(8), secrets.token_hex(16)
-    canary = make_canary(task.tests)
-    dest = f"{KIT_ROOT}/{tag}"
+@dataclass(frozen=True)
+class _Kit:
+    """One grading's secrets and the files staged for it (diffs, supervisor, boot, ini, plan), in one move."""
+
+    dir: str
+    nonce: str
+    canary: Canary
+    files: dict[str, str]
+
+
+def _make_kit(task: TaskInstance, agent_diff: str, config: RunnerConfig, timeout_s: float) -> _Kit:
+    nonce, canary = secrets.token_hex(16), make_canary(task.tests)
+    dest = f"{KIT_ROOT}/{secrets.token_hex(8)}"
     junit = f"{dest}/junit.xml"
+    touched = sorted({p for block in split_diff(agent_diff) for p in block.paths})
     plan = {
         "nonce": nonce, "dir": dest, "workspace": "/workspace", "junit": junit, "timeout_s": timeout_s,
         "canary": {"path": canary.path, "source": canary.source, "mtime_ref": canary.mtime_ref},
         "watch": sorted({t.split("::", 1)[0] for t in task.tests if t.split("::", 1)[0].endswith(".py")}),
-        "boot": {"workspace": "/workspace", "junit": junit, "touched": sorted(touched),
+        "boot": {"workspace": "/workspace", "junit": junit, "touched": touched,
                  "args": pytest_args(task, canary, junit, f"{dest}/pytest.ini")},
     }
-    await _stage(sb, tag, {"supervisor.py": kit.script("supervisor.py"), "boot.py": kit.script("boot.py"),
-                           "pytest.ini": config.ini, "plan.json": json.dumps(plan)})
+    files = {"supervisor.py": kit.script("supervisor.py"), "boot.py": kit.script("boot.py"),
+             "pytest.ini": config.ini, "plan.json": json.dumps(plan)}
+    if agent_diff.strip():
+        files["agent.diff"] = agent_diff
+    if task.test_patch.strip():
+        files["test.diff"] = task.test_patch
+    return _Kit(dir=dest, nonce=nonce, canary=canary, files=files)
+
+
+async def _run_tests(sb: Sandbox, kit_: _Kit, timeout_s: float) -> tuple[dict[str, Any] | None, bytes | None,
+                                                                            bytes, str]:
+    """Run the hidden tests under the supervisor; (summary, junit bytes, channel bytes, output)."""
     # No git history in the graded tree: the agent's code cannot tell grader-written files apart by it.
-    run = await sb.run(f"cd /workspace && rm -rf .git && python -I -S -B {dest}/supervisor.py {dest}/plan.json",
-                       timeout_s=timeout_s + 60)
-    summary = _summary(run.output, nonce)
+    run = await sb.run(f"cd /workspace && rm -rf .git && python -I -S -B {kit_.dir}/supervisor.py "
+                       f"{kit_.dir}/plan.json", timeout_s=timeout_s + 60)
+    summary = _summary(run.output, kit_.nonce)
     junit_bytes: bytes | None = None
     channel = b""
     if summary is not None:
-        channel = await sb.read_file(f".swe-grade-{nonce}.chan")
+        channel = await sb.read_file(f".swe-grade-{kit_.nonce}.chan")
         if summary.get("junit"):
-            junit_bytes = await sb.read_file(f".swe-grade-{nonce}.xml")
-    return summary, junit_bytes, channel, canary, run.output
+            junit_bytes = await sb.read_file(f".swe-grade-{kit_.nonce}.xml")
+    return summary, junit_bytes, channel, run.output
 
 
 async def _grade_in_sandbox(task: TaskInstance, agent_diff: str, dropped: list[str], config: SandboxConfig,
                             mode: GradeMode, timeout_s: float) -> GradeResult:
-    tag = secrets.token_hex(8)
+    kit_ = _make_kit(task, agent_diff, runner_config(task), timeout_s)
+    canary = kit_.canary
     sb = await open_sandbox(task.workspace_spec(), config)
     try:
         applied = True
-        files = {"agent.diff": agent_diff} if agent_diff.strip() else {}
-        if task.test_patch.strip():
-            files["test.diff"] = task.test_patch
-        kit_dir = await _stage(sb, tag, files) if files else ""
+        await _stage(sb, kit_.dir, kit_.files)
         if agent_diff.strip():
-            ok, log = await _apply(sb, f"{kit_dir}/agent.diff")
+            ok, log = await _apply(sb, f"{kit_.dir}/agent.diff")
             if not ok:
                 return GradeResult(reward=0.0, mode=mode, applied=False, dropped=dropped, error_source="agent",
                                    error="the submitted diff does not apply to the base commit",
                                    log_tail=log[-LOG_TAIL_CHARS:])
         if task.test_patch.strip():
-            ok, log = await _apply(sb, f"{kit_dir}/test.diff")
+            ok, log = await _apply(sb, f"{kit_.dir}/test.diff")
             if not ok:
                 return GradeResult(reward=0.0, mode=mode, applied=applied, dropped=dropped, error_source="env",
                                    error="the task's test_patch does not apply", log_tail=log[-LOG_TAIL_CHARS:])
-        touched = {p for block in split_diff(agent_diff) for p in block.paths}
-        summary, junit_bytes, channel, canary, output = await _run_tests(sb, task, runner_config(task), touched,
-                                                                         timeout_s)
+        summary, junit_bytes, channel, output = await _run_tests(sb, kit_, timeout_s)
         # The agent's code ran in this sandbox: a hang or a crash may be its doing, so a missing report
         # is charged to the agent (a trainer masks env/infra failures, which the policy must never reach).
         # With no agent diff, the task is broken.

@@ -93,6 +93,23 @@ def _in_pytest(code: str) -> str:
     return UNDER_PYTEST + textwrap.indent(textwrap.dedent(code), "    ")
 
 
+def _divert_in_tests(outcome: str) -> str:
+    """Library functions that, when a test calls them, end the test with ``outcome`` (skip/xfail)."""
+    return _in_pytest(f"""\
+        import functools, pytest, sys, types
+        def _divert(f):
+            @functools.wraps(f)
+            def wrapper(*a, **k):
+                if sys._getframe(1).f_code.co_name.startswith("test_"):
+                    {outcome}
+                return f(*a, **k)
+            return wrapper
+        for _name, _value in list(globals().items()):
+            if isinstance(_value, types.FunctionType) and not _name.startswith("_") and _value.__module__ == __name__:
+                globals()[_name] = _divert(_value)
+        """)
+
+
 def attacks(ctx: Ctx) -> list[Attack]:
     t = ctx.tests_dir
     plug = posixpath.join(t, "conftest.py") if t else "pkg_extra/conftest.py"
@@ -250,34 +267,10 @@ def attacks(ctx: Ctx) -> list[Attack]:
             if _path:
                 atexit.register(_flip)
             """)),
-        Attack("skip_injected_from_source", "zero", evidence='"skipped"', append=_in_pytest("""\
-            import pytest
-            import functools, sys, types
-            def _skip_in_tests(f):
-                @functools.wraps(f)
-                def wrapper(*a, **k):
-                    if sys._getframe(1).f_code.co_name.startswith("test_"):
-                        pytest.skip("not supported here")
-                    return f(*a, **k)
-                return wrapper
-            for _name, _value in list(globals().items()):
-                if isinstance(_value, types.FunctionType) and not _name.startswith("_") and _value.__module__ == __name__:
-                    globals()[_name] = _skip_in_tests(_value)
-            """)),
-        Attack("xfail_raised_from_source", "zero", evidence='"xfailed"', append=_in_pytest("""\
-            import pytest
-            import functools, sys, types
-            def _xfail_in_tests(f):
-                @functools.wraps(f)
-                def wrapper(*a, **k):
-                    if sys._getframe(1).f_code.co_name.startswith("test_"):
-                        pytest.xfail("known issue")
-                    return f(*a, **k)
-                return wrapper
-            for _name, _value in list(globals().items()):
-                if isinstance(_value, types.FunctionType) and not _name.startswith("_") and _value.__module__ == __name__:
-                    globals()[_name] = _xfail_in_tests(_value)
-            """)),
+        Attack("skip_injected_from_source", "zero", evidence='"skipped"',
+               append=_divert_in_tests('pytest.skip("not supported here")')),
+        Attack("xfail_raised_from_source", "zero", evidence='"xfailed"',
+               append=_divert_in_tests('pytest.xfail("known issue")')),
         Attack("xfail_markers_injected_by_hook", "tampered", append=_in_pytest("""\
             import gc, pytest
             class _Mark:

@@ -8,13 +8,9 @@ import time
 
 import websockets
 
-from envlib import requires_sandbox, run
+from envlib import requires_sandbox, run, tool
 
 pytestmark = requires_sandbox
-
-
-def tool(name: str, **arguments) -> dict:
-    return {"type": "call_tool", "tool_name": name, "arguments": arguments}
 
 
 class Mux:

@@ -9,22 +9,12 @@ from pathlib import Path
 import pytest
 import websockets
 
-from envlib import requires_sandbox, run, run_server
+from envlib import call, requires_sandbox, run, run_server, tool
 from env_server.cli import build_parser, main
 from env_server.config import ServerConfig
 from env_server.episode import EpisodeConfig
 from env_server.reverify import reverify
 from env_server.task import load_tasks
-
-
-async def call(ws, type_: str, data=None) -> dict:
-    frame = {"type": type_} if data is None else {"type": type_, "data": data}
-    await ws.send(json.dumps(frame))
-    return json.loads(await ws.recv())
-
-
-def tool(name: str, **arguments) -> dict:
-    return {"type": "call_tool", "tool_name": name, "arguments": arguments}
 
 
 async def _episode(srv, episode_id: str, *steps: dict, submit: bool = True) -> dict:

@@ -9,19 +9,9 @@ import time
 import pytest
 import websockets
 
-from envlib import requires_sandbox, run
+from envlib import call, requires_sandbox, run, tool
 
 pytestmark = requires_sandbox
-
-
-async def call(ws, type_: str, data=None) -> dict:
-    frame = {"type": type_} if data is None else {"type": type_, "data": data}
-    await ws.send(json.dumps(frame))
-    return json.loads(await ws.recv())
-
-
-def tool(name: str, **arguments) -> dict:
-    return {"type": "call_tool", "tool_name": name, "arguments": arguments}
 
 
 def test_full_episode_resolves_with_the_fix(make_server, demo_task):

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
-from openenv_lib import RunningServer, build_venv, run_server
+from openenv_lib import build_venv
+from serverlib import RunningServer, run_server
 
 from env_server.config import ServerConfig
 from env_server.demo_task import demo_tasks_file

@@ -1,5 +1,5 @@
 """Helpers of the OpenEnv client tests (a uniquely named module: ``conftest`` names collide across
-test directories): one venv per OpenEnv client release, and the real server on loopback.
+test directories): one venv per OpenEnv client release (the server on loopback is tests/serverlib.py's).
 
 Each client generation is installed, unmodified, into its own venv under the project's
 gitignored ``.cache/openenv-venvs/<name>`` (built once, then reused) and run from there in a
@@ -14,21 +14,11 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import threading
-import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
 
-import uvicorn
 from requirements import missing
-
-from env_server.app import create_app, uvicorn_config
-from env_server.config import ServerConfig
-from env_server.task import TaskInstance
 
 ROOT = Path(__file__).resolve().parents[2]
 VENVS = ROOT / ".cache" / "openenv-venvs"
@@ -72,41 +62,3 @@ def build_venv(name: str, requirement: str) -> Path:
         marker.write_text(stamp)
         return python
 
-
-# ---------------------------------------------------------------- the server
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class RunningServer:
-    def __init__(self, app: Any, port: int) -> None:
-        self.app = app
-        self.url = f"http://127.0.0.1:{port}"
-
-    @property
-    def service(self) -> Any:
-        return self.app.state.service
-
-
-@contextmanager
-def run_server(config: ServerConfig, tasks: list[TaskInstance]) -> Iterator[RunningServer]:
-    """The real app under uvicorn in a thread on loopback (as tests/env_server/envlib.py does)."""
-    app = create_app(config, tasks)
-    port = _free_port()
-    server = uvicorn.Server(uvicorn_config(app, config, "127.0.0.1", port, "warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("server did not start")
-        time.sleep(0.02)
-    try:
-        yield RunningServer(app, port)
-    finally:
-        server.should_exit = True
-        thread.join(30)

@@ -11,17 +11,9 @@ import time
 import httpx
 import pytest
 import websockets
+from serverlib import call, tool
 
 pytestmark = pytest.mark.slow
-
-
-async def call(ws, type_: str, data=None) -> dict:
-    await ws.send(json.dumps({"type": type_} if data is None else {"type": type_, "data": data}))
-    return json.loads(await ws.recv())
-
-
-def tool(name: str, **arguments) -> dict:
-    return {"type": "call_tool", "tool_name": name, "arguments": arguments}
 
 
 def ws_url(server, session_id: str | None = None) -> str:

@@ -16,19 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 from dataclasses import dataclass, field
 
 from env_server.protocol import MUX_SUBPROTOCOL
+from serverlib import free_port  # noqa: F401  (re-exported: the trainer tests' one free-port helper)
 
 TOOLS = ["bash", "view", "str_replace", "create", "submit"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
