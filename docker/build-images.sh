@@ -84,17 +84,22 @@ build_sandbox() {
     local tools base_id inputs current
     tools=$(blocked_tools)
     base_id=$(docker image inspect --format '{{.Id}}' "$BASE_IMAGE")
-    inputs=$( { cat "$HERE/sandbox.Dockerfile"; echo "$RECIPE $tools"; echo "$base_id"; } | sha256sum | cut -c1-16)
+    inputs=$( { cat "$HERE/sandbox.Dockerfile" "$ROOT/sandbox/harden_image.sh"; echo "$RECIPE $tools"; echo "$base_id"; } \
+        | sha256sum | cut -c1-16)
     current=$(docker image inspect --format "{{ index .Config.Labels \"$LABEL\" }}" "$SANDBOX_IMAGE" 2>/dev/null || true)
     if [ "$current" = "$inputs" ]; then
         log "sandbox image $SANDBOX_IMAGE up to date ($inputs)"
         return
     fi
     log "building $SANDBOX_IMAGE ($inputs)"
-    # No build context is needed: the Dockerfile only runs apt and shell.
+    # The build context is the one hardening script (shared with derived task images).
+    local ctx
+    ctx=$(mktemp -d "${TMPDIR:-/tmp}/swe-sandbox-ctx.XXXXXX")
+    cp "$HERE/sandbox.Dockerfile" "$ROOT/sandbox/harden_image.sh" "$ctx/"
     docker build -q -t "$SANDBOX_IMAGE" --label "$LABEL=$inputs" --label "$TOOLS_LABEL=$tools" \
         --build-arg "BASE_IMAGE=$BASE_IMAGE" --build-arg "BLOCKED_TOOLS=$tools" \
-        - <"$HERE/sandbox.Dockerfile" >/dev/null
+        -f "$ctx/sandbox.Dockerfile" "$ctx" >/dev/null || { rm -rf "$ctx"; return 1; }
+    rm -rf "$ctx"
     log "built $SANDBOX_IMAGE"
 }
 

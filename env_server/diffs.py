@@ -71,8 +71,12 @@ def touched_paths(diff: str) -> set[str]:
     return {p for block in split_diff(diff) for p in block.paths}
 
 
-def drop_reason(block: FileDiff, protected: set[str] = frozenset()) -> str | None:
-    """Why ``block`` must not reach the grading tree (None: it is applied)."""
+def drop_reason(block: FileDiff, protected: set[str] = frozenset(), runner: tuple[str, ...] = ()) -> str | None:
+    """Why ``block`` must not reach the grading tree (None: it is applied).
+
+    ``runner``: paths (a trailing ``/``: folders) of a harness's own test runner inside
+    the repository, e.g. ``django/test/``.
+    """
     paths = block.paths
     if block.binary:
         return "binary"
@@ -88,16 +92,19 @@ def drop_reason(block: FileDiff, protected: set[str] = frozenset()) -> str | Non
         return "interpreter start-up or package metadata"
     if any(is_test_path(p) or p in protected for p in paths):
         return "test file"
+    if any(p == r or (r.endswith("/") and p.startswith(r)) for p in paths for r in runner):
+        return "the harness's test runner"
     return None
 
 
-def filter_diff(diff: str, protected: set[str] = frozenset()) -> tuple[str, list[str]]:
+def filter_diff(diff: str, protected: set[str] = frozenset(),
+                runner: tuple[str, ...] = ()) -> tuple[str, list[str]]:
     """The applicable part of an agent diff, and the paths that were dropped (``"path (reason)"``)."""
     kept: list[str] = []
     dropped: list[str] = []
     for block in split_diff(diff):
         path = block.new_path if block.new_path != "/dev/null" else block.old_path
-        reason = drop_reason(block, protected)
+        reason = drop_reason(block, protected, runner)
         if reason:
             dropped.append(f"{path} ({reason})")
         else:

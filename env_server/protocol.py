@@ -474,8 +474,16 @@ class TaskRecord(BaseModel):
     version: str
     environment_setup_commit: str
     created_at: str | None = None
-    repo_path: str = Field(description="repository directory, relative to the task file")
+    repo_path: str | None = Field(None, description="repository directory, relative to the task file "
+                                                    "(host-directory tasks)")
     python_env: str | None = Field(None, description="venv directory, relative to the task file")
+    image: str | None = Field(None, description="docker image; with no repo_path it holds the repository")
+    workdir: str | None = Field(None, description="the repository's path inside image (default /testbed)")
+    image_env: str | None = Field(None, description="environment prefix inside image, its bin/ first on PATH")
+    setup_patch: str = Field("", description="applied before the episode (SWE-smith's bug patch)")
+    test_cmd: str | None = Field(None, description="the instance's own test command (None: the grader's pytest)")
+    log_parser: str | None = Field(None, description="parser of test_cmd's log, by swebench registry name")
+    dataset: str | None = Field(None, description="dataset family it was imported from (swebench, swe-gym, ...)")
 
 
 # ---------------------------------------------------------------- the policy's context

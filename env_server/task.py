@@ -1,9 +1,18 @@
 """SWE-bench task instances and the JSON/JSONL loader.
 
 Besides SWE-bench's fields, a task says where its code and runtime live on this
-server: ``repo_path`` (a directory), an optional ``python_env`` (a venv mounted
-read-only) and an optional docker ``image``. Relative paths are taken relative
-to the task file.
+server, in one of two ways:
+
+- host-directory: ``repo_path`` (a directory), an optional ``python_env`` (a venv
+  mounted read-only) and an optional docker ``image`` to run it in. Relative paths
+  are taken relative to the task file.
+- image-resident (SWE-bench-family instances): ``image`` already holds the
+  repository at ``workdir`` (default ``/testbed``) and its environment at
+  ``image_env``; only the docker backend serves these.
+
+How it is graded: with no ``test_cmd``, the grader's own pytest run (JUnit,
+canaries, outcome records); with ``test_cmd`` + ``log_parser``, the instance's own
+harness command, its log read by that parser (``env_server/grading/harness.py``).
 """
 
 from __future__ import annotations
@@ -12,9 +21,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sandbox.models import WorkspaceSpec
+
+
+DEFAULT_WORKDIR = "/testbed"  # where SWE-bench-layout images hold the repository
 
 
 class TaskFileError(ValueError):
@@ -37,9 +49,17 @@ class TaskInstance(BaseModel):
     environment_setup_commit: str = ""
     created_at: str | None = None
     source: str | None = Field(None, description="synthetic-mutation | release-diff | swe-bench (None: unlabelled)")
-    repo_path: Path
+    repo_path: Path | None = Field(None, description="host-directory tasks: the repository on this host")
     python_env: Path | None = None
     image: str | None = None
+    workdir: str | None = Field(None, description="image-resident tasks: the repository's path inside `image`")
+    image_env: str | None = Field(None, description="image-resident tasks: the environment prefix inside "
+                                                    "`image` whose bin/ comes first on PATH")
+    setup_patch: str = Field("", description="applied to the tree before the episode (SWE-smith's bug patch)")
+    test_cmd: str | None = Field(None, description="the instance's own test command, run in the workspace; "
+                                                   "None: the grader's pytest run")
+    log_parser: str | None = Field(None, description="the parser of test_cmd's log (swebench's registry name)")
+    dataset: str | None = Field(None, description="the dataset family it was imported from")
 
     @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
     @classmethod
@@ -63,12 +83,36 @@ class TaskInstance(BaseModel):
         """Every test the grader runs: FAIL_TO_PASS first, then PASS_TO_PASS."""
         return list(dict.fromkeys(self.FAIL_TO_PASS + self.PASS_TO_PASS))
 
+    @model_validator(mode="after")
+    def _one_home(self) -> "TaskInstance":
+        if self.repo_path is None and self.image is None:
+            raise ValueError("a task needs repo_path (a directory here) or image (holding the repository)")
+        if self.repo_path is not None and self.workdir is not None:
+            raise ValueError("repo_path and workdir exclude each other: the code is on this host or in the image")
+        if self.workdir is not None and not self.workdir.startswith("/"):
+            raise ValueError("workdir must be an absolute path inside the image")
+        if self.image_resident and self.python_env is not None:
+            raise ValueError("python_env is a host directory; an image-resident task names image_env instead")
+        if bool(self.test_cmd) != bool(self.log_parser):
+            raise ValueError("test_cmd and log_parser go together (the command's log needs its parser)")
+        return self
+
+    @property
+    def image_resident(self) -> bool:
+        """The repository lives in ``image`` (at ``workdir``), not on this host."""
+        return self.repo_path is None
+
     def workspace_spec(self) -> WorkspaceSpec:
+        if self.image_resident:
+            return WorkspaceSpec(image=self.image, image_workdir=self.workdir or DEFAULT_WORKDIR,
+                                 image_env=self.image_env, setup_patch=self.setup_patch)
         return WorkspaceSpec(repo_path=self.repo_path, base_commit=self.base_commit,
-                             python_env=self.python_env, image=self.image)
+                             python_env=self.python_env, image=self.image, setup_patch=self.setup_patch)
 
     def resolved(self, base: Path) -> "TaskInstance":
         """A copy with ``repo_path``/``python_env`` made absolute against ``base``."""
+        if self.repo_path is None:
+            return self
         update: dict[str, Any] = {"repo_path": (base / self.repo_path).resolve()}
         if self.python_env is not None:
             update["python_env"] = (base / self.python_env).resolve()
@@ -128,7 +172,7 @@ def load_tasks(path: str | Path) -> list[TaskInstance]:
             raise TaskFileError(f"{where}: instance {name!r}: {_describe(exc)}") from None
         if task.instance_id in seen:
             raise TaskFileError(f"{where}: instance {name!r}: field 'instance_id': duplicate")
-        if not task.repo_path.is_dir():
+        if task.repo_path is not None and not task.repo_path.is_dir():
             raise TaskFileError(f"{where}: instance {name!r}: field 'repo_path': "
                                 f"not a directory: {task.repo_path}")
         if task.python_env is not None and not task.python_env.is_dir():

@@ -92,6 +92,8 @@ class BwrapSandbox(Sandbox):
     # -- start ------------------------------------------------------------------
     @classmethod
     async def start(cls, spec: WorkspaceSpec, config: SandboxConfig) -> "BwrapSandbox":
+        if spec.image_resident:
+            raise SandboxStartError(f"image-resident tasks (code inside {spec.image!r}) need the docker backend")
         bwrap = shutil.which("bwrap")
         if bwrap is None:
             raise SandboxStartError("bubblewrap (bwrap) is not installed: apt-get install bubblewrap")

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from .base import Sandbox
+from .image_workspace import TOOLS_LABEL
 from .runtime_config import runtime_init, venv_mount_point
 from .models import (
     CommandResult,
@@ -68,10 +69,13 @@ _STDERR_KEEP = 16 * 1024
 # unseen within 50 ms of its start is caught by that limit), then polls every 2 s and
 # exits, ending and auto-removing the container, once no runtime is left.
 WATCHDOG_USER = "65534:65534"
+# It reads /proc itself (task images need not have pgrep); the bracket keeps the
+# pattern from matching the watchdog's own command line.
+_RUNTIME_ALIVE = "grep -aqs 'I.-S./\\.swe/[r]untime\\.py' /proc/[0-9]*/cmdline"
 WATCHDOG = (
-    'i=0; while ! pgrep -f "^python3 -I -S /.swe/runtime.py" >/dev/null; do '
+    f'i=0; while ! {_RUNTIME_ALIVE}; do '
     'i=$((i+1)); [ "$i" -gt 1200 ] && exit 1; sleep 0.05; done; '
-    'while pgrep -f "^python3 -I -S /.swe/runtime.py" >/dev/null; do sleep 2; done'
+    f'while {_RUNTIME_ALIVE}; do sleep 2; done'
 )
 
 
@@ -167,6 +171,7 @@ def container_kwargs(
     options: DockerOptions | None = None,
     name: str | None = None,
     watchdog: bool = True,
+    exec_workspace: bool = False,
 ) -> dict[str, Any]:
     """Arguments of ``containers.create`` for one hardened session container."""
     from docker.types import Mount, Ulimit
@@ -204,7 +209,9 @@ def container_kwargs(
         shm_size="16m",
         ulimits=[Ulimit(name="core", soft=0, hard=0)],
         tmpfs={
-            "/workspace": f"{tmpfs_opts},size={lim.workspace_mb}m,uid={uid},gid={uid},mode=0700",
+            # image-resident tasks' harnesses run scripts from the repository (./tests/runtests.py)
+            "/workspace": f"{'rw,exec,nosuid,nodev' if exec_workspace else tmpfs_opts},size={lim.workspace_mb}m,"
+                          f"uid={uid},gid={uid},mode=0700",
             "/tmp": f"{tmpfs_opts},size={lim.tmp_mb}m,mode=1777",
             # the runtime's private diff state; the agent's Landlock layer cannot write here
             "/.swe/private": f"{tmpfs_opts},size={lim.workspace_mb}m,uid={uid},gid={uid},mode=0700",
@@ -418,13 +425,20 @@ class DockerSandbox(Sandbox):
         opts = DockerOptions()
         client = await asyncio.to_thread(docker_client, config.docker_url)
         template = await asyncio.to_thread(prepare_template, spec, config)
-        image = spec.image or config.docker_image
+        if spec.image_resident:
+            from .image_workspace import derived_image
+
+            image = await asyncio.to_thread(derived_image, client, spec.image, spec.image_workdir,
+                                            config.policy.blocked_tools)
+        else:
+            image = spec.image or config.docker_image
         uid = _UIDS.take(opts)
         try:
             kwargs = container_kwargs(
                 image=image, config=config, uid=uid, template_dir=Path(template.path),
                 runtime_path=RUNTIME_PATH, python_env=spec.python_env, options=opts,
                 name=f"swe-sbx-{os.getpid()}-{next(_SEQ)}-{secrets.token_hex(3)}",
+                exec_workspace=spec.image_resident,
             )
             container = await DockerContainer.create(client, uid, **kwargs)
         except BaseException:
@@ -454,7 +468,9 @@ class DockerSandbox(Sandbox):
             blocked_tools_absent=tools_absent,
             base_commit=template.base_commit,
             details={"container": container.id[:12], "uid": str(uid), "image": image,
-                     "engine_seccomp": "default profile"},
+                     "engine_seccomp": "default profile",
+                     **({"task_image": str(spec.image), "workdir": str(spec.image_workdir)}
+                        if spec.image_resident else {})},
         )
         return cls(config, container, stream, channel, info)
 
@@ -505,12 +521,12 @@ def init_message(spec: WorkspaceSpec, config: SandboxConfig, base_commit: str) -
     """The runtime's init line for a copied workspace (see sandbox/runtime_config.py)."""
     # Relocated: the image's own folders on the host path (/root is 0700) may not let the agent's uid through.
     venv = (venv_mount_point(str(Path(spec.python_env).absolute()), relocate=True)
-            if spec.python_env is not None else None)
+            if spec.python_env is not None else spec.image_env)
     return runtime_init(spec, config, mode="copy", template=TEMPLATE_MOUNT, upper="",
-                        base_commit=base_commit, venv=venv, extra_exec_paths=[])
+                        base_commit=base_commit, venv=venv,
+                        extra_exec_paths=["/workspace"] if spec.image_resident else [])
 
 
-_TOOLS_LABEL = "org.swe-openenv.blocked-tools"
 _image_tools: dict[str, frozenset[str]] = {}
 
 
@@ -518,7 +534,7 @@ def _image_lacks_tools(client: Any, image: str, blocked: tuple[str, ...]) -> boo
     """Whether ``image`` was built with every tool of ``blocked`` removed (its label says)."""
     if image not in _image_tools:
         labels = client.api.inspect_image(image)["Config"].get("Labels") or {}
-        _image_tools[image] = frozenset(labels.get(_TOOLS_LABEL, "").split())
+        _image_tools[image] = frozenset(labels.get(TOOLS_LABEL, "").split())
     return set(blocked) <= _image_tools[image]
 
 

@@ -13,7 +13,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # Tools whose binaries must be *absent* from the sandbox's view (not masked by
 # name): file finders and archive extractors an agent could use to dig up code the
@@ -119,11 +119,27 @@ class WorkspaceSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    repo_path: Path = Field(description="a directory (usually a git repository) holding the task's code")
+    repo_path: Path | None = Field(None, description="a directory (usually a git repository) holding the task's code")
     base_commit: str | None = Field(None, description="commit to check out; None takes the directory as it is")
     python_env: Path | None = Field(None, description="a venv or prefix mounted read-only, first on PATH")
     image: str | None = Field(None, description="docker backend: image to run instead of the default")
+    image_workdir: str | None = Field(None, description="docker backend: the code is in `image` at this path "
+                                                        "(image-resident workspace) instead of at repo_path")
+    image_env: str | None = Field(None, description="image-resident: environment prefix in the image, bin/ first on PATH")
+    setup_patch: str = Field("", description="a diff applied to the tree before it is scrubbed (e.g. a bug patch)")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables of the shell")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "WorkspaceSpec":
+        if (self.repo_path is None) == (self.image_workdir is None):
+            raise ValueError("give exactly one of repo_path (a host directory) or image_workdir (a path in image)")
+        if self.image_workdir is not None and not self.image:
+            raise ValueError("image_workdir needs image")
+        return self
+
+    @property
+    def image_resident(self) -> bool:
+        return self.image_workdir is not None
 
 
 class CommandStatus(str, Enum):

@@ -1,6 +1,8 @@
 """Pristine, scrubbed workspace templates, prepared once per (repository, commit).
 
-A template is the task's tree at its base commit with bytecode, caches and
+A template is the task's tree at its base commit (a host directory, or the
+repository folder of an image-resident task's image: ``image_workspace.py``), with
+its ``setup_patch`` applied, with bytecode, caches and
 archives of code removed, in a fresh git repository holding exactly one commit
 (no remotes, no other refs, no reflog, no stray objects), verified after it is
 built. Sessions never write to it: bwrap mounts it as the read-only lower layer
@@ -24,6 +26,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .image_workspace import apply_setup_patch, export_image_tree
 from .models import HardeningPolicy, SandboxConfig, WorkspaceError, WorkspaceSpec
 
 TEMPLATE_FORMAT = "4"  # bump when the scrub changes, so old templates are rebuilt
@@ -60,7 +63,24 @@ def git(repo: Path, *args: str, input: bytes | None = None, env: dict[str, str] 
     return proc.stdout.decode(errors="replace")
 
 
-def _source_key(spec: WorkspaceSpec, policy: HardeningPolicy) -> str:
+def _source_key(spec: WorkspaceSpec, config: SandboxConfig) -> str:
+    policy = config.policy
+    if spec.image_resident:
+        from .docker import docker_client
+        from .image_workspace import image_id
+
+        source = f"image:{image_id(docker_client(config.docker_url), spec.image)}:{spec.image_workdir}"
+    else:
+        source = _host_source(spec)
+    if spec.setup_patch.strip():
+        source += ":setup:" + hashlib.sha256(spec.setup_patch.encode()).hexdigest()
+    material = "\n".join([TEMPLATE_FORMAT, source, policy.model_dump_json(include={
+        "purge_dirs", "purge_suffixes", "archive_suffixes", "git_history"})])
+    return hashlib.sha256(material.encode()).hexdigest()[:24]
+
+
+def _host_source(spec: WorkspaceSpec) -> str:
+    assert spec.repo_path is not None
     repo = spec.repo_path.resolve()
     if not repo.is_dir():
         raise WorkspaceError(f"repo_path {spec.repo_path} is not a directory")
@@ -73,9 +93,7 @@ def _source_key(spec: WorkspaceSpec, policy: HardeningPolicy) -> str:
         raise WorkspaceError(f"base_commit {spec.base_commit} given but {repo} is not a git repository")
     else:
         source = f"dir:{repo}:{_tree_fingerprint(repo)}"
-    material = "\n".join([TEMPLATE_FORMAT, source, policy.model_dump_json(include={
-        "purge_dirs", "purge_suffixes", "archive_suffixes", "git_history"})])
-    return hashlib.sha256(material.encode()).hexdigest()[:24]
+    return source
 
 
 def _tree_fingerprint(root: Path) -> str:
@@ -90,7 +108,7 @@ def _tree_fingerprint(root: Path) -> str:
 
 def prepare_template(spec: WorkspaceSpec, config: SandboxConfig) -> Template:
     """Build (or reuse) the scrubbed template of ``spec``. Blocking: call in a thread."""
-    key = _source_key(spec, config.policy)
+    key = _source_key(spec, config)
     dest = cache_root(config) / "templates" / key
     with _locks_guard:
         lock = _locks.setdefault(key, threading.Lock())
@@ -103,7 +121,8 @@ def prepare_template(spec: WorkspaceSpec, config: SandboxConfig) -> Template:
         try:
             tree = tmp / "tree"
             tree.mkdir()
-            _export_tree(spec, tree)
+            _export_tree(spec, tree, config)
+            apply_setup_patch(tree, spec.setup_patch)
             purge(tree, config.policy)
             base = _squash_git(tree)
             verify_scrubbed(tree, base)
@@ -118,7 +137,13 @@ def prepare_template(spec: WorkspaceSpec, config: SandboxConfig) -> Template:
         return Template(dest / "tree", (dest / ".swe-template").read_text().strip())
 
 
-def _export_tree(spec: WorkspaceSpec, tree: Path) -> None:
+def _export_tree(spec: WorkspaceSpec, tree: Path, config: SandboxConfig) -> None:
+    if spec.image_resident:
+        from .docker import docker_client
+
+        export_image_tree(docker_client(config.docker_url), spec, tree)
+        return
+    assert spec.repo_path is not None
     repo = spec.repo_path.resolve()
     if (repo / ".git").exists() and spec.base_commit is not None:
         index = tree.parent / "export-index"

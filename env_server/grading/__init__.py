@@ -31,13 +31,13 @@ from sandbox.base import Sandbox
 from ..diffs import diff_key, filter_diff, normalize_diff, split_diff, touched_paths
 from ..junit import PASSING, JUnitError, Outcome, outcomes_for, parse_junit
 from ..task import TaskInstance
-from . import kit
+from . import harness, kit
 from .canary import Canary, make_canary
 from .monitor import scan_diff, summarize
 from .runner_config import RunnerConfig, runner_config
 from .verdict import cross_check
 
-GRADER_VERSION = "2"  # part of the cache key: a changed grader re-grades
+GRADER_VERSION = "3"  # part of the cache key: a changed grader re-grades
 GradeMode = Literal["resolved", "pass_rate"]
 LOG_TAIL_CHARS = 4000
 
@@ -141,8 +141,9 @@ async def _apply(sb: Sandbox, patch_path: str) -> tuple[bool, str]:
 
 def _score(task: TaskInstance, report: dict[str, Outcome], mode: GradeMode, log: str,
            applied: bool, dropped: list[str]) -> GradeResult:
-    f2p = outcomes_for(task.FAIL_TO_PASS, report)
-    p2p = outcomes_for(task.PASS_TO_PASS, report)
+    lookup = harness.outcomes if task.test_cmd else outcomes_for  # harness ids are the parser's, verbatim
+    f2p = lookup(task.FAIL_TO_PASS, report)
+    p2p = lookup(task.PASS_TO_PASS, report)
     # a FAIL_TO_PASS test is fixed only when it passes; an expected failure is not a fix
     passed = sum(1 for o in f2p.values() if o == "passed") + sum(1 for o in p2p.values() if o in PASSING)
     total = len(f2p) + len(p2p)
@@ -183,20 +184,27 @@ class _Kit:
     files: dict[str, str]
 
 
-def _make_kit(task: TaskInstance, agent_diff: str, config: RunnerConfig, timeout_s: float) -> _Kit:
+def _make_kit(task: TaskInstance, agent_diff: str, config: RunnerConfig | None, timeout_s: float) -> _Kit:
+    """The kit of a pytest grading (``config`` given) or of a harness grading (``task.test_cmd``)."""
     nonce, canary = secrets.token_hex(16), make_canary(task.tests)
     dest = f"{KIT_ROOT}/{secrets.token_hex(8)}"
     junit = f"{dest}/junit.xml"
     touched = sorted({p for block in split_diff(agent_diff) for p in block.paths})
-    plan = {
-        "nonce": nonce, "dir": dest, "workspace": "/workspace", "junit": junit, "timeout_s": timeout_s,
-        "canary": {"path": canary.path, "source": canary.source, "mtime_ref": canary.mtime_ref},
-        "watch": sorted({t.split("::", 1)[0] for t in task.tests if t.split("::", 1)[0].endswith(".py")}),
-        "boot": {"workspace": "/workspace", "junit": junit, "touched": touched,
-                 "args": pytest_args(task, canary, junit, f"{dest}/pytest.ini")},
-    }
-    files = {"supervisor.py": kit.script("supervisor.py"), "boot.py": kit.script("boot.py"),
-             "pytest.ini": config.ini, "plan.json": json.dumps(plan)}
+    plan: dict[str, Any] = {"nonce": nonce, "dir": dest, "workspace": "/workspace", "junit": junit,
+                            "timeout_s": timeout_s}
+    files = {"supervisor.py": kit.script("supervisor.py")}
+    if task.test_cmd:
+        plan.update(command=task.test_cmd, watch=sorted(touched_paths(task.test_patch)))
+    else:
+        assert config is not None
+        plan.update({
+            "canary": {"path": canary.path, "source": canary.source, "mtime_ref": canary.mtime_ref},
+            "watch": sorted({t.split("::", 1)[0] for t in task.tests if t.split("::", 1)[0].endswith(".py")}),
+            "boot": {"workspace": "/workspace", "junit": junit, "touched": touched,
+                     "args": pytest_args(task, canary, junit, f"{dest}/pytest.ini")},
+        })
+        files.update({"boot.py": kit.script("boot.py"), "pytest.ini": config.ini})
+    files["plan.json"] = json.dumps(plan)
     if agent_diff.strip():
         files["agent.diff"] = agent_diff
     if task.test_patch.strip():
@@ -206,23 +214,29 @@ def _make_kit(task: TaskInstance, agent_diff: str, config: RunnerConfig, timeout
 
 async def _run_tests(sb: Sandbox, kit_: _Kit, timeout_s: float) -> tuple[dict[str, Any] | None, bytes | None,
                                                                             bytes, str]:
-    """Run the hidden tests under the supervisor; (summary, junit bytes, channel bytes, output)."""
+    """Run the hidden tests under the supervisor; (summary, JUnit or harness log, channel bytes, output)."""
     # No git history in the graded tree: the agent's code cannot tell grader-written files apart by it.
     run = await sb.run(f"cd /workspace && rm -rf .git && python -I -S -B {kit_.dir}/supervisor.py "
                        f"{kit_.dir}/plan.json", timeout_s=timeout_s + 60)
     summary = _summary(run.output, kit_.nonce)
-    junit_bytes: bytes | None = None
+    report: bytes | None = None
     channel = b""
     if summary is not None:
         channel = await sb.read_file(f".swe-grade-{kit_.nonce}.chan")
-        if summary.get("junit"):
-            junit_bytes = await sb.read_file(f".swe-grade-{kit_.nonce}.xml")
-    return summary, junit_bytes, channel, run.output
+        if summary.get("log_sha256"):
+            report = await sb.read_file(f".swe-grade-{kit_.nonce}.log")
+        elif summary.get("junit"):
+            report = await sb.read_file(f".swe-grade-{kit_.nonce}.xml")
+    return summary, report, channel, run.output
 
 
 async def _grade_in_sandbox(task: TaskInstance, agent_diff: str, dropped: list[str], config: SandboxConfig,
                             mode: GradeMode, timeout_s: float) -> GradeResult:
-    kit_ = _make_kit(task, agent_diff, runner_config(task), timeout_s)
+    if task.test_cmd:
+        harness.parser(task.log_parser or "")  # HarnessError before any sandbox starts
+        kit_ = _make_kit(task, agent_diff, None, timeout_s)
+    else:
+        kit_ = _make_kit(task, agent_diff, await asyncio.to_thread(runner_config, task, config), timeout_s)
     canary = kit_.canary
     sb = await open_sandbox(task.workspace_spec(), config)
     try:
@@ -252,6 +266,8 @@ async def _grade_in_sandbox(task: TaskInstance, agent_diff: str, dropped: list[s
         if summary.get("timed_out"):
             return GradeResult(reward=0.0, mode=mode, applied=applied, dropped=dropped, error_source=source,
                                error="no test report (timeout)", log_tail=log_tail)
+        if task.test_cmd:
+            return _harness_verdict(task, summary, junit_bytes, mode, applied, dropped, agent_diff, source)
         report: dict[str, Outcome] | None = None
         report_error = "no JUnit report"
         if junit_bytes is not None and hashlib.sha256(junit_bytes).hexdigest() == summary.get("junit_sha256"):
@@ -280,6 +296,32 @@ async def _grade_in_sandbox(task: TaskInstance, agent_diff: str, dropped: list[s
         await sb.close()
 
 
+def _harness_verdict(task: TaskInstance, summary: dict[str, Any], log_bytes: bytes | None, mode: GradeMode,
+                     applied: bool, dropped: list[str], agent_diff: str, source: str) -> GradeResult:
+    """Score a harness run from its log, after the checks a log allows (``harness.check_log``)."""
+    assert task.log_parser is not None
+    base = dict(mode=mode, applied=applied, dropped=dropped)
+    if log_bytes is None or hashlib.sha256(log_bytes).hexdigest() != summary.get("log_sha256"):
+        reasons = ["the test log changed after the run"]
+        log = ""
+        report: dict[str, Outcome] = {}
+    else:
+        log = log_bytes.decode("utf-8", "replace")
+        report = harness.parse_log(task.log_parser, log)
+        reasons = harness.check_log(task.log_parser, log, report, summary, task.tests)
+    tail = log[-LOG_TAIL_CHARS:]
+    if reasons:
+        if not agent_diff.strip():
+            return GradeResult(reward=0.0, **base, error_source="env", tamper_reasons=reasons, log_tail=tail,
+                               error="grading checks fail without any agent change: " + "; ".join(reasons[:3]))
+        return GradeResult(reward=0.0, **base, error_source="agent", tampered=True, tamper_reasons=reasons,
+                           log_tail=tail, error="grading tampered: " + "; ".join(reasons[:3]))
+    if not report:
+        return GradeResult(reward=0.0, **base, error_source=source, log_tail=tail,
+                           error=f"no test results in the log (exit {summary.get('exit_code')})")
+    return _score(task, report, mode, tail, applied, dropped)
+
+
 async def grade_submission(task: TaskInstance, diff: str, config: SandboxConfig,
                            mode: Literal["resolved", "pass_rate"] = "resolved", *,
                            cache: GradeCache | None = None, timeout_s: float = 900.0) -> GradeResult:
@@ -292,10 +334,10 @@ async def grade_submission(task: TaskInstance, diff: str, config: SandboxConfig,
         return GradeResult(reward=0.0, mode=mode, error="task lists no FAIL_TO_PASS/PASS_TO_PASS tests",
                            error_source="env")
     protected = touched_paths(task.test_patch)
-    agent_diff, dropped = filter_diff(diff, protected)
+    agent_diff, dropped = filter_diff(diff, protected, harness.runner_paths(task.log_parser if task.test_cmd else None))
     suspicious, detail = summarize(scan_diff(diff))
     key = diff_key(GRADER_VERSION, task.instance_id, mode, task.test_patch, "\n".join(task.tests),
-                   normalize_diff(agent_diff))
+                   task.test_cmd or "", task.log_parser or "", normalize_diff(agent_diff))
     cache = _DEFAULT_CACHE if cache is None else cache
 
     async def run() -> GradeResult:
@@ -305,6 +347,8 @@ async def grade_submission(task: TaskInstance, diff: str, config: SandboxConfig,
         except SandboxError as exc:
             res = GradeResult(reward=0.0, mode=mode, dropped=dropped, error_source="infra",
                               error=f"{type(exc).__name__}: {exc}")
+        except harness.HarnessError as exc:  # the server cannot grade this task: not the agent's doing
+            res = GradeResult(reward=0.0, mode=mode, dropped=dropped, error_source="env", error=str(exc))
         return res.model_copy(update={"duration_s": round(time.perf_counter() - started, 3)})
 
     res = await cache.get_or_run(key, run)

@@ -19,6 +19,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from sandbox import SandboxConfig
+from sandbox.workspace import prepare_template
+
 from ..task import TaskInstance
 
 WORKSPACE = "/workspace"
@@ -144,6 +147,13 @@ def _pristine_config(repo: str, commit: str | None) -> RunnerConfig:
     return render({}, None)
 
 
-def runner_config(task: TaskInstance) -> RunnerConfig:
-    """The grader's pytest configuration for ``task`` (from its base commit; cached)."""
+def runner_config(task: TaskInstance, sandbox: SandboxConfig | None = None) -> RunnerConfig:
+    """The grader's pytest configuration for ``task`` (from its base commit; cached).
+
+    An image-resident task's base tree is its scrubbed workspace template (built from
+    the image, blocking: call in a thread).
+    """
+    if task.repo_path is None:
+        template = prepare_template(task.workspace_spec(), sandbox or SandboxConfig(backend="docker"))
+        return _pristine_config(str(template.path), template.base_commit)
     return _pristine_config(str(task.repo_path), task.base_commit)

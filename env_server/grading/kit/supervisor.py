@@ -9,7 +9,8 @@ agent's diff and the task's test_patch were applied. It
    and hashes the files the tests must not change (test modules, conftests);
 3. starts ``boot.py`` (pytest, the grader's plugin loaded first) with a clean
    environment, its output in a log file, and a pipe on which the plugin records
-   each test's outcome;
+   each test's outcome; or, for an instance graded by its own harness, the plan's
+   ``command`` under bash, its output in the log (copied out and hashed);
 4. waits (with a deadline), then kills every process left behind, copies the
    JUnit report and the outcome records next to the workspace, and prints one
    line ``SWEGRADE <nonce> <json>``: the only output of this command, which no
@@ -104,13 +105,14 @@ def _drain(fd, chunks):
         chunks.append(data)
 
 
-def _child_env(kit):
+def _child_env(kit, pytest=True):
     env = {}
     for key, value in os.environ.items():
         if key.startswith(("PYTEST_", "PYTHON", "PY_", "COV_CORE")):
             continue
         env[key] = value
-    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    if pytest:
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     env.setdefault("LANG", "C.UTF-8")
     env.setdefault("HOME", os.path.join(kit, "home"))
     return env
@@ -141,26 +143,31 @@ def main(plan_path):
     watched = sorted(set(plan.get("watch", [])) | set(_conftests(ws)) | ({canary["path"]} if canary else set()))
     before = {rel: _sha256(os.path.join(ws, rel)) for rel in watched}
 
-    boot_cfg = dict(plan["boot"], hashes=before)
-    cfg_path = os.path.join(kit, "boot-%s.json" % nonce)
-    with open(cfg_path, "w") as f:
-        json.dump(boot_cfg, f)
     chan_r, chan_w = os.pipe()
     chunks = []
     reader = threading.Thread(target=_drain, args=(chan_r, chunks))
     reader.daemon = True
     reader.start()
 
-    cmd = [sys.executable, "-I", "-B"]
-    if sys.version_info >= (3, 8):
-        cmd += ["-X", "pycache_prefix=" + os.path.join(kit, "pyc")]
-    cmd += [os.path.join(kit, "boot.py"), cfg_path, str(chan_w)]
+    command = plan.get("command")
+    if command:  # the instance's own harness: no plugin, nothing on the channel
+        cmd, pass_fds, env = ["/bin/bash", "-c", command], (), _child_env(kit, pytest=False)
+    else:
+        boot_cfg = dict(plan["boot"], hashes=before)
+        cfg_path = os.path.join(kit, "boot-%s.json" % nonce)
+        with open(cfg_path, "w") as f:
+            json.dump(boot_cfg, f)
+        cmd = [sys.executable, "-I", "-B"]
+        if sys.version_info >= (3, 8):
+            cmd += ["-X", "pycache_prefix=" + os.path.join(kit, "pyc")]
+        cmd += [os.path.join(kit, "boot.py"), cfg_path, str(chan_w)]
+        pass_fds, env = (chan_w,), _child_env(kit)
     log_path = os.path.join(kit, "log")
     started = time.time()
     timed_out = False
     with open(log_path, "wb") as log, open(os.devnull, "rb") as devnull:
-        child = subprocess.Popen(cmd, cwd=ws, env=_child_env(kit), stdin=devnull, stdout=log,
-                                 stderr=subprocess.STDOUT, pass_fds=(chan_w,), start_new_session=True)
+        child = subprocess.Popen(cmd, cwd=ws, env=env, stdin=devnull, stdout=log,
+                                 stderr=subprocess.STDOUT, pass_fds=pass_fds, start_new_session=True)
         os.close(chan_w)
         deadline = started + float(plan["timeout_s"])
         while True:
@@ -194,6 +201,13 @@ def main(plan_path):
     if junit is not None:
         with open(base + ".xml", "wb") as f:
             f.write(junit)
+    log_sha = None
+    if command:
+        with open(log_path, "rb") as f:
+            full_log = f.read()
+        log_sha = hashlib.sha256(full_log).hexdigest()
+        with open(base + ".log", "wb") as f:
+            f.write(full_log)
     try:
         with open(log_path, "rb") as f:
             f.seek(0, 2)
@@ -204,7 +218,7 @@ def main(plan_path):
     summary.update({
         "exit_code": code, "timed_out": timed_out, "duration_s": round(time.time() - started, 3),
         "junit": junit is not None, "junit_sha256": hashlib.sha256(junit).hexdigest() if junit is not None else None,
-        "channel_sha256": hashlib.sha256(channel).hexdigest(),
+        "channel_sha256": hashlib.sha256(channel).hexdigest(), "log_sha256": log_sha,
         "changed_files": sorted(rel for rel in watched if before[rel] != after[rel]),
         "watched": len(watched), "log_tail": tail,
     })
