@@ -12,14 +12,15 @@ command whose log a per-repository parser reads:
 - ``toolz``  (pytest):                 ``pytest -rA <file>``, read by ``parse_log_pytest``;
 - ``django`` (its own runner):         ``./tests/runtests.py --verbosity 2 --settings=test_sqlite
                                         --parallel 1 <module>``, read by ``parse_log_django``;
-- ``sympy``  (its own runner and log): ``sympy.test(<file>, verbose=True)`` (``bin/test``'s
-                                        runner; the sdist has no ``bin/``), read by ``parse_log_sympy``.
+- ``sympy``  (its own runner and log): ``sympy.testing.runtests.test(<file>, verbose=True)``
+                                        (``bin/test``'s runner; the sdist has no ``bin/``), read by
+                                        ``parse_log_sympy``.
 
 The bugs are one-line synthetic mutations of each release (``source:
 synthetic-mutation``, SWE-smith-style), written as issue reports in a user's words.
 FAIL_TO_PASS / PASS_TO_PASS are *measured*: the image's own harness runs on the
 bug and on the release, twice each, in a container with no network, and the
-swebench parser reads the logs. Rows are SWE-bench 5.x-format (``image``,
+swebench parser reads the logs (kept per image in the wheel cache). Rows are SWE-bench 5.x-format (``image``,
 ``eval_script``, ``log_parser``), ready for ``env-server tasks import``.
 
 Usage: python docker/swebench_layout.py OUT_DIR [--projects toolz,django,sympy]
@@ -80,20 +81,21 @@ PROJECTS = {p.name: p for p in (
         deps=("asgiref==3.8.1", "sqlparse==0.5.1"),
         test_cmd="./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1 utils_tests.test_text",
         log_parser="parse_log_django",
-        path="django/utils/text.py", old='    s = str(name).strip().replace(" ", "_")\n',
-        new='    s = str(name).strip().replace(" ", "-")\n',
-        statement=("get_valid_filename() turns spaces into dashes\n\nDescription\n\n"
-                   "django.utils.text.get_valid_filename(\"john's portrait in 2004.jpg\") returns "
-                   "'johns-portrait-in-2004.jpg'. Its documentation (and FileSystemStorage users relying on "
-                   "it) say other spaces become underscores: 'johns_portrait_in_2004.jpg'. Uploaded files "
-                   "now get different names than with earlier releases."),
+        path="django/utils/text.py", old='    s = re.sub(r"(?u)[^-\\w.]", "", s)\n',
+        new='    s = re.sub(r"(?u)[^\\w.]", "", s)\n',
+        statement=("get_valid_filename() drops dashes\n\nDescription\n\n"
+                   "django.utils.text.get_valid_filename(\"my-report 2024.pdf\") returns "
+                   "'myreport_2024.pdf'. The docstring says alphanumerics, dashes, underscores and dots are "
+                   "kept, so it should be 'my-report_2024.pdf'. Files uploaded through FileSystemStorage "
+                   "lose their dashes."),
     ),
     Project(
         name="sympy", repo="sympy/sympy", version="1.13.3",
         deps=("mpmath==1.3.0",),
         test_cmd=("PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' python -c "
-                  "\"import sys, sympy; sys.exit(0 if sympy.test('sympy/utilities/tests/test_iterables.py', "
-                  "verbose=True, colors=False) else 1)\""),
+                  "\"import sys; from sympy.testing.runtests import test; "
+                  "sys.exit(0 if test('sympy/utilities/tests/test_iterables.py', verbose=True, colors=False) "
+                  "else 1)\""),
         log_parser="parse_log_sympy",
         path="sympy/utilities/iterables.py", old="    y = y % len(x)\n    return x[y:] + x[:y]\n",
         new="    y = y % len(x)\n    return x[:y] + x[y:]\n",
@@ -134,8 +136,8 @@ def _git(cwd: Path, *args: str, input: str | None = None) -> str:
     return _run(["git", "-C", str(cwd), *args], input=input, env=env).stdout
 
 
-def _stage(p: Project, ctx: Path) -> tuple[str, str]:
-    """Lay out the build context; returns (gold patch, base commit sha)."""
+def _stage(p: Project, ctx: Path) -> tuple[str, str, str]:
+    """Lay out the build context; returns (gold patch, base commit sha, build-inputs hash)."""
     sdist = _download([f"{p.name}=={p.version}"], _cache() / "layout-sdists" / f"{p.name}-{p.version}", binary=False)[0]
     reqs = list(p.deps + BUILD_DEPS)
     wheels = _download(reqs, _cache() / "layout-wheels" / hashlib.sha256(" ".join(reqs).encode()).hexdigest()[:12],
@@ -163,7 +165,7 @@ def _stage(p: Project, ctx: Path) -> tuple[str, str]:
     for w in wheels:
         shutil.copy(w, ctx / "wheels" / w.name)
     deps = " ".join(reqs)
-    (ctx / "Dockerfile").write_text(f"""FROM {BASE_IMAGE}
+    (ctx / "Dockerfile").write_text(dockerfile := f"""FROM {BASE_IMAGE}
 SHELL ["/bin/bash", "-euo", "pipefail", "-c"]
 RUN export DEBIAN_FRONTEND=noninteractive; apt-get update -qq; \\
     apt-get install -y -qq --no-install-recommends python3 python3-venv git bash >/dev/null; \\
@@ -177,12 +179,8 @@ RUN cd /testbed && {ENV_PREFIX}/bin/pip install -q --no-index --no-deps --no-bui
 ENV PATH={ENV_PREFIX}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 WORKDIR /testbed
 """)
-    return gold, base
-
-
-def _inputs_hash(p: Project) -> str:
-    return hashlib.sha256(json.dumps([RECIPE, p.__dict__], sort_keys=True).encode()
-                          + Path(__file__).read_bytes()).hexdigest()[:16]
+    inputs = hashlib.sha256(json.dumps([RECIPE, p.__dict__, dockerfile, sdist.name], sort_keys=True).encode())
+    return gold, base, inputs.hexdigest()[:16]
 
 
 def eval_script(p: Project) -> str:
@@ -202,21 +200,27 @@ def _harness(image: str, p: Project, release: bool) -> dict[str, str]:
 
 def build(p: Project, log=print) -> dict:
     """Build (or reuse) ``p``'s image; return its SWE-bench 5.x row."""
-    inputs = _inputs_hash(p)
-    image = f"{IMAGE_REPO}/{p.name}:{p.version}-{inputs}"
     with tempfile.TemporaryDirectory(prefix=f"swe-layout-{p.name}-") as tmp:
         ctx = Path(tmp)
-        gold, base = _stage(p, ctx)
+        gold, base, inputs = _stage(p, ctx)
+        image = f"{IMAGE_REPO}/{p.name}:{p.version}-{inputs}"
         have = subprocess.run(["docker", "image", "inspect", "--format", f'{{{{ index .Config.Labels "{LABEL}" }}}}',
                                image], capture_output=True, text=True)
         if have.returncode != 0 or have.stdout.strip() != inputs:
             log(f"[layout] building {image}")
             _run(["docker", "build", "-q", "-t", image, "--label", f"{LABEL}={inputs}", str(ctx)])
-    passed = ("PASSED", "XFAIL")
-    runs = [(_harness(image, p, release=False), _harness(image, p, release=True)) for _ in range(2)]
-    names = sorted(set().union(*(set(b) | set(r) for b, r in runs)))
-    f2p = [t for t in names if all(b.get(t) not in passed and r.get(t) == "PASSED" for b, r in runs)]
-    p2p = [t for t in names if all(b.get(t) == "PASSED" and r.get(t) == "PASSED" for b, r in runs)]
+    verdicts = _cache() / "layout-verdicts" / f"{p.name}-{inputs}.json"  # the image is the key
+    if verdicts.is_file():
+        f2p, p2p = json.loads(verdicts.read_text())
+    else:
+        passed = ("PASSED", "XFAIL")
+        runs = [(_harness(image, p, release=False), _harness(image, p, release=True)) for _ in range(2)]
+        names = sorted(set().union(*(set(b) | set(r) for b, r in runs)))
+        f2p = [t for t in names if all(b.get(t) not in passed and r.get(t) == "PASSED" for b, r in runs)]
+        p2p = [t for t in names if all(b.get(t) == "PASSED" and r.get(t) == "PASSED" for b, r in runs)]
+        if f2p:
+            verdicts.parent.mkdir(parents=True, exist_ok=True)
+            verdicts.write_text(json.dumps([f2p, p2p]))
     if not f2p:
         raise SystemExit(f"{p.name}: the mutation fails no test")
     log(f"[layout] {p.name}: {len(f2p)} FAIL_TO_PASS, {len(p2p)} PASS_TO_PASS")

@@ -242,6 +242,7 @@ def purge(tree: Path, policy: HardeningPolicy) -> list[str]:
 def _squash_git(tree: Path) -> str:
     git(tree, "init", "--quiet", "--initial-branch=main")
     git(tree, "config", "core.logAllRefUpdates", "false")
+    git(tree, "config", "gc.auto", "0")  # a large tree's commit must not auto-pack (packed-refs, logs)
     git(tree, "add", "--all", "--force", ".")
     git(tree, "commit", "--quiet", "--no-verify", "--allow-empty", "-m", "base")
     shutil.rmtree(tree / ".git" / "logs", ignore_errors=True)

@@ -22,7 +22,8 @@ _PATTERNS: tuple[tuple[SuspicionReason, re.Pattern[str]], ...] = (
     (R.runner_internals, re.compile(
         r"\b_pytest\b|\bpluggy\b|\bTestReport\b|\bCallInfo\b|\bpytest_(runtest|collect|sessionfinish|configure|"
         r"make_collect|report|terminal|plugin)\w*|\bpluginmanager\b|\bhookimpl\b|\bhookwrapper\b|\bLogXML\b|"
-        r"\bjunitxml\b|\bunittest\.(result|case)\b|\bTestResult\b|addFailure|addError")),
+        r"\bjunitxml\b|\bunittest\.(result|case|runner)\b|\bTestResult\b|\bTextTestRunner\b|addFailure|addError|"
+        r"addSuccess|\.\.\. ok\b|\btests finished:")),
     (R.process_exit, re.compile(r"\bos\._exit\b|\bsys\.exit\b|\bos\.abort\b|\bos\.kill\s*\(|\bpytest\.exit\b|"
                                 r"\bSIGKILL\b|\batexit\b")),
     (R.import_machinery, re.compile(r"\bsys\.modules\s*(\[[^\]]*\]\s*=(?!=)|\.(update|setdefault|pop)\b)|"

@@ -1,4 +1,4 @@
-"""``env-server tasks build|validate|reverify`` (also ``python -m env_server.taskgen ...``)."""
+"""``env-server tasks build|validate|reverify|import`` (also ``python -m env_server.taskgen ...``)."""
 
 from __future__ import annotations
 
@@ -51,6 +51,10 @@ def add_task_commands(sub: argparse._SubParsersAction) -> None:
     reverify.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the report as JSON")
     reverify.add_argument("--fail-on-change", action="store_true", help="exit 1 when any reward changed")
     reverify.set_defaults(func=_reverify)
+
+    from env_server.datasets.cli import add_import_command
+
+    add_import_command(sub)
 
 
 def _build(args: argparse.Namespace) -> int:

@@ -54,3 +54,33 @@ def test_parse_junit_and_map_node_ids():
 def test_bad_reports_raise(text):
     with pytest.raises(JUnitError):
         parse_junit(text)
+
+
+def test_harness_runner_paths_are_dropped_per_parser():
+    from env_server.grading.harness import runner_paths
+
+    def block(path: str) -> str:
+        return f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-a\n+b\n"
+
+    diff = block("bin/test") + block("sympy/core/add.py")
+    kept, dropped = filter_diff(diff, runner=runner_paths("parse_log_sympy"))
+    assert dropped == ["bin/test (the harness's test runner)"] and "sympy/core/add.py" in kept
+    kept, dropped = filter_diff(diff, runner=runner_paths("parse_log_django"))  # another harness: bin/test is code
+    assert dropped == [] and "bin/test" in kept
+
+
+def test_harness_log_checks_catch_forged_and_inconsistent_logs():
+    from env_server.grading import harness
+
+    t = "test_x (m.C.test_x)"
+    real = f"{t} ... FAIL\n"
+    forged = f"{t} ... ok\n" + real
+    report = harness.parse_log("parse_log_django", forged)
+    reasons = harness.check_log("parse_log_django", forged, report, {"exit_code": 1}, [t])
+    assert any("both" in r for r in reasons)
+    ok_log = f"{t} ... ok\n"
+    assert harness.check_log("parse_log_django", ok_log, harness.parse_log("parse_log_django", ok_log),
+                             {"exit_code": 0}, [t]) == []
+    # a failing exit with nothing failing in the log: forged or truncated
+    assert harness.check_log("parse_log_django", ok_log, harness.parse_log("parse_log_django", ok_log),
+                             {"exit_code": 1}, [t])

@@ -1,0 +1,211 @@
+"""SWE-bench-family instances, end to end offline: images laid out like SWE-bench's (built
+here from real code by docker/swebench_layout.py), their dataset rows imported with
+`env-server tasks import`, sessions on the docker backend in the image's own
+environment, and grading by each instance's own harness (pytest, Django's runtests.py,
+SymPy's runner) read by swebench's parsers. Controls in the same run: gold 1.0, empty 0.0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import websockets
+
+from env_server.cli import main as env_cli
+from env_server.grading import grade_submission
+from env_server.task import TaskInstance, load_tasks
+from requirements import missing
+from sandbox import SandboxConfig, open_sandbox
+from serverlib import call, run_server, tool
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.timeout(1500)
+
+
+def _layout_module():
+    spec = importlib.util.spec_from_file_location("swebench_layout", ROOT / "docker" / "swebench_layout.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def tasks_file(client, tmp_path_factory) -> Path:
+    """The three instances: built (cached by the engine), imported, written as task records."""
+    try:
+        import swebench  # noqa: F401
+    except ImportError:
+        missing("datasets", "the swebench package (extra 'datasets') is not installed")
+    layout = _layout_module()
+    try:
+        client.api.inspect_image(layout.BASE_IMAGE)
+    except Exception:
+        missing("docker", f"base image {layout.BASE_IMAGE} missing (run docker/build-images.sh)")
+    out = tmp_path_factory.mktemp("layout")
+    rows = [layout.build(p, log=lambda m: None) for p in layout.PROJECTS.values()]
+    (out / "dataset.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert env_cli(["tasks", "import", str(out / "dataset.jsonl"), "--format", "swebench",
+                    "--out", str(out / "tasks")]) == 0
+    return out / "tasks" / "tasks.jsonl"
+
+
+@pytest.fixture(scope="module")
+def tasks(tasks_file) -> dict[str, TaskInstance]:
+    return {t.repo.split("/")[1]: t for t in load_tasks(tasks_file)}
+
+
+def test_import_maps_each_harness(tasks):
+    toolz, django, sympy = tasks["toolz"], tasks["django"], tasks["sympy"]
+    assert all(t.image_resident and t.workdir == "/testbed" for t in tasks.values())
+    assert all(t.source == "synthetic-mutation" for t in tasks.values())  # the rows say so; kept
+    assert toolz.test_cmd is None  # pytest instances: the grader's own pytest run (canaries, outcome channel)
+    assert django.log_parser == "parse_log_django" and django.test_cmd.startswith("./tests/runtests.py")
+    assert sympy.log_parser == "parse_log_sympy" and "sympy.testing.runtests import test" in sympy.test_cmd
+    assert all(t.image_env == "/opt/envs/testbed" for t in tasks.values())  # from the eval script's activation
+
+
+def test_image_session_is_hardened_and_sees_only_the_base_commit(tasks):
+    task = tasks["toolz"]
+
+    async def main():
+        sb = await open_sandbox(task.workspace_spec(), SandboxConfig(backend="docker"))
+        try:
+            assert sb.info.blocked_tools_absent and sb.info.seccomp
+            assert sb.info.details["task_image"] == task.image
+            out = (await sb.run("git rev-list --all | wc -l; git log --format=%s")).output.split()
+            assert out == ["1", "base"], out  # the image's release commit (the un-bugged code) is gone
+            # no object anywhere in the repository holds the un-bugged line
+            r = await sb.run("git grep -c 'd\\[item\\] += 1' $(git rev-list --all) -- toolz; "
+                             "git cat-file --batch-all-objects --batch-check | wc -l")
+            assert "d[item]" not in r.output and ":" not in r.output.splitlines()[0]
+            r = await sb.run("readlink /testbed; command -v python; python -c 'import toolz; print(toolz.__file__)'")
+            assert r.output.split() == ["/workspace", "/opt/envs/testbed/bin/python", "/workspace/toolz/__init__.py"]
+            r = await sb.run("command -v find unzip busybox; touch /usr/x 2>&1; "
+                             "python -c \"import socket; socket.create_connection(('93.184.215.14', 80), 3)\" 2>&1 "
+                             "| tail -1")
+            assert "Read-only file system" in r.output and "unreachable" in r.output
+            assert "/find" not in r.output and "/unzip" not in r.output
+            r = await sb.run("ls -a; ls toolz | grep -c '\\.pyc$'")
+            assert r.output.split()[-1] == "0" and ".git" in r.output.split()
+            await sb.run("sed -i 's/d\\[item\\] += 2/d[item] += 1/' toolz/itertoolz.py")
+            diff = await sb.diff()
+            assert diff.count("diff --git") == 1 and "+        d[item] += 1" in diff
+        finally:
+            await sb.close()
+
+    asyncio.run(main())
+
+
+def test_validate_gold_one_empty_zero_on_every_harness(tasks_file, capsys):
+    assert env_cli(["tasks", "validate", str(tasks_file), "--backend", "docker", "--concurrency", "2"]) == 0
+    table = capsys.readouterr().out
+    assert "3 passed, 0 failed" in table, table
+
+
+def test_episodes_through_the_server_on_the_docker_backend(tasks, tmp_path):
+    from env_server.config import ServerConfig
+
+    config = ServerConfig(data_dir=tmp_path, sandbox=SandboxConfig(backend="docker"))
+
+    async def episode(srv, task: TaskInstance, fix: bool) -> dict:
+        async with websockets.connect(srv.ws_url + "/ws", max_size=None) as ws:
+            r = await call(ws, "reset", {"instance_id": task.instance_id})
+            meta = r["data"]["observation"]["metadata"]
+            assert meta["task_source"] == "synthetic-mutation"
+            if fix:
+                r = await call(ws, "step", tool("create", path="gold.diff", content=task.patch))
+                r = await call(ws, "step", tool("bash", command="git apply gold.diff && rm gold.diff && "
+                                                                "git status --short"))
+                assert r["data"]["observation"]["output"].strip().startswith("M "), r
+            r = await call(ws, "step", tool("submit"))
+            return r["data"]
+
+    async def main(srv):
+        results = {}
+        for name, task in tasks.items():
+            results[name] = await asyncio.gather(episode(srv, task, True), episode(srv, task, False))
+        return results
+
+    with run_server(config, list(tasks.values())) as srv:
+        results = asyncio.run(main(srv))
+    for name, (gold, empty) in results.items():
+        assert gold["done"] and gold["reward"] == 1.0, (name, gold["metadata"])
+        assert empty["reward"] == 0.0 and empty["metadata"]["tests_failed"] >= 1, (name, empty["metadata"])
+
+
+def test_harness_forgery_and_runner_patches_do_not_pay(tasks):
+    """Django's harness: a forged result line beside the real one is tampering; a patched runner is dropped."""
+    task = tasks["django"]
+    f2p = task.FAIL_TO_PASS[0]
+    forged = (
+        "diff --git a/django/utils/text.py b/django/utils/text.py\n--- a/django/utils/text.py\n"
+        "+++ b/django/utils/text.py\n@@ -1,3 +1,5 @@\n+import sys as _s\n"
+        f"+_s.stderr.write({(f2p + ' ... ok') + chr(10)!r})\n"
+    )
+    runner = ("diff --git a/django/test/runner.py b/django/test/runner.py\n--- a/django/test/runner.py\n"
+              "+++ b/django/test/runner.py\n@@ -1,1 +1,2 @@\n+# patched\n")
+    cfg = SandboxConfig(backend="docker")
+
+    async def main():
+        from sandbox.workspace import prepare_template
+
+        tpl = await asyncio.to_thread(prepare_template, task.workspace_spec(), cfg)
+        head = (tpl.path / "django/utils/text.py").read_text().splitlines(keepends=True)[:3]
+        diff = forged + "".join(" " + line for line in head)
+        res = await grade_submission(task, diff, cfg)
+        dropped = await grade_submission(task, runner + " " + (tpl.path / "django/test/runner.py")
+                                         .read_text().splitlines(keepends=True)[0], cfg)
+        return res, dropped
+
+    res, dropped = asyncio.run(main())
+    assert res.applied and res.reward == 0.0 and res.tampered, res
+    assert any("both" in r for r in res.tamper_reasons), res.tamper_reasons
+    assert dropped.dropped == ["django/test/runner.py (test file)"] and dropped.reward == 0.0  # the runner's
+
+
+def test_trainer_client_trains_a_step_on_them(tasks_file, tmp_path, capsys):
+    """`trainer-client train` (CPU smoke model) against `env-server serve --backend docker` with these tasks."""
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from serverlib import free_port
+    from trainer_client.cli import main as trainer_cli
+
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "env_server.cli", "serve", "--tasks", str(tasks_file),
+                               "--port", str(port), "--backend", "docker", "--data-dir", str(tmp_path / "env")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            assert server.poll() is None, "env-server exited"
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        out = tmp_path / "run"
+        rc = trainer_cli(["train", "--config", str(ROOT / "trainer_client/configs/cpu_smoke.yaml"), "--env-url", url,
+                          "--tasks", str(tasks_file), "--output-dir", str(out), "--max-steps", "1",
+                          "--set", "grpo.max_completion_length=32", "--set", "output.plot=false"])
+    finally:
+        server.terminate()
+        server.wait(30)
+    assert rc == 0
+    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r for r in steps if "reward" in r], steps
+    traces = list((tmp_path / "env" / "traces").glob("*.jsonl"))
+    assert traces, "no episode reached the docker server"
+    graded = [json.loads(line) for t in traces for line in t.read_text().splitlines()]
+    rewards = [r["observation"].get("reward") for r in graded if r.get("kind") == "step"
+               and r["observation"].get("done")]
+    assert rewards and all(r in (0.0, 1.0) for r in rewards), rewards
