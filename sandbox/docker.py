@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 import os
 import random
 import secrets
@@ -95,6 +96,9 @@ class DockerOptions:
     uid_span: int = field(default_factory=lambda: int(_env_float("SWE_DOCKER_UID_SPAN", 100000)))
     path_map: str = field(default_factory=lambda: os.environ.get("SWE_DOCKER_PATH_MAP", ""))
     start_timeout_s: float = field(default_factory=lambda: _env_float("SWE_DOCKER_START_TIMEOUT_S", 60.0))
+    # "auto": image-resident workspaces copy-on-write (an overlay volume, sandbox/cow.py) where the
+    # engine can mount one, else copied; "copy": always copied; "overlay": always copy-on-write.
+    workspace: str = field(default_factory=lambda: os.environ.get("SWE_DOCKER_WORKSPACE", "auto"))
 
     def host_path(self, path: Path) -> str:
         """``path`` as the engine's host sees it (longest matching prefix of ``path_map``)."""
@@ -142,6 +146,7 @@ _CLIENTS: dict[str | None, Any] = {}
 _CLIENTS_LOCK = threading.Lock()
 _OWNER = f"{os.uname().nodename}:{os.getpid()}:{secrets.token_hex(4)}"
 _SEQ = itertools.count()
+_log = logging.getLogger(__name__)
 
 
 def docker_client(url: str | None = None) -> Any:
@@ -172,7 +177,9 @@ def container_kwargs(
     name: str | None = None,
     watchdog: bool = True,
     exec_workspace: bool = False,
+    workspace_mount: Any = None,
 ) -> dict[str, Any]:
+    """``workspace_mount``: a mount for /workspace (a copy-on-write volume) instead of a tmpfs."""
     """Arguments of ``containers.create`` for one hardened session container."""
     from docker.types import Mount, Ulimit
 
@@ -187,6 +194,17 @@ def container_kwargs(
         env_path = str(Path(python_env).absolute())
         mounts.append(Mount(venv_mount_point(env_path, relocate=True), opts.host_path(Path(python_env)), **ro))
     tmpfs_opts = "rw,noexec,nosuid,nodev"
+    tmpfs = {
+        # image-resident tasks' harnesses run scripts from the repository (./tests/runtests.py)
+        "/workspace": f"{'rw,exec,nosuid,nodev' if exec_workspace else tmpfs_opts},size={lim.workspace_mb}m,"
+                      f"uid={uid},gid={uid},mode=0700",
+        "/tmp": f"{tmpfs_opts},size={lim.tmp_mb}m,mode=1777",
+        # the runtime's private diff state; the agent's Landlock layer cannot write here
+        "/.swe/private": f"{tmpfs_opts},size={lim.workspace_mb}m,uid={uid},gid={uid},mode=0700",
+    }
+    if workspace_mount is not None:
+        del tmpfs["/workspace"]
+        mounts.append(workspace_mount)
     return dict(
         image=image,
         command=["/bin/sh", "-c", WATCHDOG] if watchdog else ["sleep", "infinity"],
@@ -208,14 +226,7 @@ def container_kwargs(
         nano_cpus=int(opts.cpus * 1e9),
         shm_size="16m",
         ulimits=[Ulimit(name="core", soft=0, hard=0)],
-        tmpfs={
-            # image-resident tasks' harnesses run scripts from the repository (./tests/runtests.py)
-            "/workspace": f"{'rw,exec,nosuid,nodev' if exec_workspace else tmpfs_opts},size={lim.workspace_mb}m,"
-                          f"uid={uid},gid={uid},mode=0700",
-            "/tmp": f"{tmpfs_opts},size={lim.tmp_mb}m,mode=1777",
-            # the runtime's private diff state; the agent's Landlock layer cannot write here
-            "/.swe/private": f"{tmpfs_opts},size={lim.workspace_mb}m,uid={uid},gid={uid},mode=0700",
-        },
+        tmpfs=tmpfs,
         mounts=mounts,
         environment={"HOME": "/workspace"},
     )
@@ -313,12 +324,20 @@ async def open_exec_stream(client: Any, exec_id: str) -> ExecStream:
 
 
 def reap_containers(client: Any, owner: str | None = None) -> int:
-    """Force-remove sandbox containers (of ``owner``, or all). Returns how many."""
+    """Force-remove sandbox containers (of ``owner``, or all), then their workspace volumes.
+    Returns how many containers."""
+    import docker.errors
+
     labels = [f"{LABEL}=1"] + ([f"{LABEL_OWNER}={owner}"] if owner else [])
     n = 0
     for c in client.containers.list(all=True, filters={"label": labels}):
         if _remove(client, c.id):
             n += 1
+    for v in client.api.volumes(filters={"label": labels}).get("Volumes") or []:
+        try:
+            client.api.remove_volume(v["Name"], force=True)
+        except docker.errors.APIError:
+            pass  # still in use by a container being removed
     return n
 
 
@@ -343,6 +362,7 @@ class DockerContainer:
         self.client = client
         self.id = container_id
         self.uid = uid
+        self.cow: Any = None  # its copy-on-write workspace volume, removed with it
         self._removed = False
 
     @classmethod
@@ -401,6 +421,8 @@ class DockerContainer:
         if not self._removed:
             self._removed = True
             await asyncio.to_thread(_remove, self.client, self.id)
+            if self.cow is not None:
+                await asyncio.to_thread(self.cow.remove)
             _UIDS.give(self.uid)
 
 
@@ -408,8 +430,9 @@ class DockerSandbox(Sandbox):
     """A session in its own container, speaking the runtime protocol over an exec stream."""
 
     def __init__(self, config: SandboxConfig, container: DockerContainer, stream: ExecStream,
-                 channel: Any, info: SandboxInfo) -> None:
+                 channel: Any, info: SandboxInfo, cow: Any = None) -> None:
         self.id = container.id[:12]
+        self._cow = cow
         self.info = info
         self.container = container
         self._limits = config.limits
@@ -433,22 +456,29 @@ class DockerSandbox(Sandbox):
         else:
             image = spec.image or config.docker_image
         uid = _UIDS.take(opts)
+        cow = None
         try:
+            if opts.workspace == "overlay" or (opts.workspace == "auto" and spec.image_resident):
+                cow = await _cow_workspace(client, config, opts, Path(template.path), uid)
             kwargs = container_kwargs(
                 image=image, config=config, uid=uid, template_dir=Path(template.path),
                 runtime_path=RUNTIME_PATH, python_env=spec.python_env, options=opts,
                 name=f"swe-sbx-{os.getpid()}-{next(_SEQ)}-{secrets.token_hex(3)}",
-                exec_workspace=spec.image_resident,
+                exec_workspace=spec.image_resident, workspace_mount=cow.mount() if cow else None,
             )
             container = await DockerContainer.create(client, uid, **kwargs)
         except BaseException:
             _UIDS.give(uid)
+            if cow is not None:
+                await asyncio.to_thread(cow.remove)
             raise
+        container.cow = cow
         stream: ExecStream | None = None
         try:
             stream = await container.exec_stream(RUNTIME_ARGV)
             channel = RuntimeChannel(stream.reader, stream.write)
-            init = await channel.handshake(init_message(spec, config, template.base_commit), opts.start_timeout_s)
+            init = await channel.handshake(init_message(spec, config, template.base_commit, mounted=cow is not None),
+                                           opts.start_timeout_s)
             tools_absent = await asyncio.to_thread(_image_lacks_tools, client, image, config.policy.blocked_tools)
         except BaseException as exc:
             detail = stream.stderr_tail[-2000:] if stream else ""
@@ -468,11 +498,11 @@ class DockerSandbox(Sandbox):
             blocked_tools_absent=tools_absent,
             base_commit=template.base_commit,
             details={"container": container.id[:12], "uid": str(uid), "image": image,
-                     "engine_seccomp": "default profile",
+                     "engine_seccomp": "default profile", "workspace": "copy-on-write" if cow else "copy",
                      **({"task_image": str(spec.image), "workdir": str(spec.image_workdir)}
                         if spec.image_resident else {})},
         )
-        return cls(config, container, stream, channel, info)
+        return cls(config, container, stream, channel, info, cow)
 
     @property
     def alive(self) -> bool:
@@ -491,6 +521,13 @@ class DockerSandbox(Sandbox):
         result = await self._channel.run(command, timeout)
         if result.status is CommandStatus.sandbox_died and not result.output:
             result.output = f"[sandbox died: {self._channel.dead or 'runtime gone'}]"
+        if self._cow is not None:  # a copy-on-write upper layer is on the host's disk: hold it to the limit
+            used = await asyncio.to_thread(self._cow.used_bytes)
+            if used > lim.workspace_mb * 1024 * 1024:
+                await self.close()
+                result.status = CommandStatus.sandbox_died
+                result.output += (f"\n[the workspace holds {used // (1024 * 1024)} MB of changes, over its "
+                                  f"{lim.workspace_mb} MB limit: the session is closed]")
         return result
 
     async def read_file(self, path: str) -> bytes:
@@ -517,12 +554,31 @@ class DockerSandbox(Sandbox):
             await self.container.remove()
 
 
-def init_message(spec: WorkspaceSpec, config: SandboxConfig, base_commit: str) -> dict[str, Any]:
-    """The runtime's init line for a copied workspace (see sandbox/runtime_config.py)."""
+async def _cow_workspace(client: Any, config: SandboxConfig, opts: DockerOptions, template: Path, uid: int) -> Any:
+    """A copy-on-write volume for the session, or None to copy (``auto`` on an engine that refuses)."""
+    import docker.errors
+
+    from .cow import CowWorkspace
+    from .workspace import cache_root
+
+    try:
+        return await asyncio.to_thread(CowWorkspace.create, client, template, uid, cache_root(config),
+                                       {LABEL: "1", LABEL_OWNER: _OWNER}, opts.host_path)
+    except (docker.errors.APIError, OSError) as exc:
+        if opts.workspace == "overlay":
+            raise SandboxStartError(f"no copy-on-write workspace: {exc}") from exc
+        _log.warning("copy-on-write workspace refused (%s): sessions copy their workspace", exc)
+        opts.workspace = "copy"
+        return None
+
+
+def init_message(spec: WorkspaceSpec, config: SandboxConfig, base_commit: str,
+                 mounted: bool = False) -> dict[str, Any]:
+    """The runtime's init line: a copied workspace, or one the engine ``mounted`` (copy-on-write)."""
     # Relocated: the image's own folders on the host path (/root is 0700) may not let the agent's uid through.
     venv = (venv_mount_point(str(Path(spec.python_env).absolute()), relocate=True)
             if spec.python_env is not None else spec.image_env)
-    return runtime_init(spec, config, mode="copy", template=TEMPLATE_MOUNT, upper="",
+    return runtime_init(spec, config, mode="mounted" if mounted else "copy", template=TEMPLATE_MOUNT, upper="",
                         base_commit=base_commit, venv=venv,
                         extra_exec_paths=["/workspace"] if spec.image_resident else [])
 

@@ -1006,7 +1006,8 @@ def setup(cfg: dict) -> dict:
         cfg["_private"] = cfg["upper"] + "/private"
         info["noexec_workspace"] = True
     else:
-        build_copied_workspace(cfg)
+        if cfg["mode"] == "copy":  # "mounted": the backend mounted a copy-on-write view of the template
+            build_copied_workspace(cfg)
         cfg["_scan_root"] = WORKSPACE
         # The backend mounts a tmpfs here (outside the agent's writable paths).
         cfg["_private"] = cfg.get("private_dir") or "/.swe/private"

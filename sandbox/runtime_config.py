@@ -31,6 +31,8 @@ def shell_env(spec: WorkspaceSpec, venv: str | None) -> dict[str, str]:
         # Python writes and reads bytecode only under a fresh private prefix.
         "PYTHONPYCACHEPREFIX": "/tmp/.pycache", "PYTHONUNBUFFERED": "1", "TMPDIR": "/tmp",
         "GIT_CONFIG_NOSYSTEM": "1",
+        # a copy-on-write workspace's files belong to the template's owner, not the session uid
+        "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "/workspace",
     }
     if venv:
         env["VIRTUAL_ENV"] = venv

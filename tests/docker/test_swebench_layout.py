@@ -78,6 +78,7 @@ def test_image_session_is_hardened_and_sees_only_the_base_commit(tasks):
         try:
             assert sb.info.blocked_tools_absent and sb.info.seccomp
             assert sb.info.details["task_image"] == task.image
+            assert sb.info.details["workspace"] == "copy-on-write"  # an overlay volume, not a copy
             out = (await sb.run("git rev-list --all | wc -l; git log --format=%s")).output.split()
             assert out == ["1", "base"], out  # the image's release commit (the un-bugged code) is gone
             # no object anywhere in the repository holds the un-bugged line
@@ -100,6 +101,36 @@ def test_image_session_is_hardened_and_sees_only_the_base_commit(tasks):
             await sb.close()
 
     asyncio.run(main())
+
+
+def test_copy_on_write_workspace_holds_only_changes_and_its_limit(client, tasks):
+    """Django's 100 MB tree is not copied per session; what the agent writes is held to workspace_mb."""
+    from sandbox import Limits
+    from sandbox.docker import LABEL
+
+    task = tasks["django"]
+    cfg = SandboxConfig(backend="docker", limits=Limits(workspace_mb=16))
+
+    async def main():
+        sb = await open_sandbox(task.workspace_spec(), cfg)
+        try:
+            cow = sb._cow
+            assert cow is not None and cow.used_bytes() < 1024 * 1024
+            r = await sb.run("echo '# note' >> django/utils/text.py && git status --short && "
+                             "python -c 'import django.utils.text as t; print(t.__file__)'")
+            assert r.output.split() == ["M", "django/utils/text.py", "/workspace/django/utils/text.py"], r.output
+            assert (cow.root / "upper" / "django/utils/text.py").is_file()  # the change, and only it, is written
+            assert cow.used_bytes() < 1024 * 1024
+            r = await sb.run("head -c 24000000 /dev/zero > big.bin; echo done")
+            assert r.status.value == "sandbox_died" and "over its 16 MB limit" in r.output
+            assert not sb.alive
+        finally:
+            await sb.close()
+        return cow
+
+    cow = asyncio.run(main())
+    assert not cow.root.exists()
+    assert not client.api.volumes(filters={"name": cow.volume, "label": f"{LABEL}=1"}).get("Volumes")
 
 
 def test_validate_gold_one_empty_zero_on_every_harness(tasks_file, capsys):
