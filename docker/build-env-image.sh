@@ -4,7 +4,8 @@
 #  1. base image: $SWE_ENV_BASE_IMAGE, default the offline Debian bookworm minbase of
 #     docker/build-images.sh (`build-images.sh base`: debootstrap + docker import, reused
 #     when present). Any other value (python:3.11-slim-bookworm) is used as it is;
-#  2. wheelhouse: the `env` extra's dependencies downloaded ON THE HOST (pip inside a
+#  2. wheelhouse: the `env` and `datasets` extras' dependencies (swebench's log parsers grade
+#     harness tasks) downloaded ON THE HOST (pip inside a
 #     container cannot reach the index here) into $SWE_WHEEL_CACHE/deps-<hash>/ (kept:
 #     later builds need no network), plus a freshly built wheel of this project;
 #  3. `docker build` of a staged context (package sources, docker/, the wheelhouse in
@@ -30,11 +31,12 @@ log() { echo "[build-env-image] $*" >&2; }
 
 docker info >/dev/null 2>&1 || { log "no Docker engine answers; run docker/setup-engine.sh first"; exit 1; }
 
-# The `env` extra's requirements, read from pyproject.toml (one per line).
+# The `env` and `datasets` extras' requirements, read from pyproject.toml (one per line).
 requirements=$("$PYTHON" - "$ROOT/pyproject.toml" <<'PY'
 import sys, tomllib
 project = tomllib.load(open(sys.argv[1], "rb"))["project"]
-print("\n".join(project["dependencies"] + project["optional-dependencies"]["env"]))
+extras = project["optional-dependencies"]
+print("\n".join(project["dependencies"] + extras["env"] + extras["datasets"]))
 PY
 )
 
@@ -77,7 +79,7 @@ arch=$(uname -m)
 deps_key=$( { echo "$requirements"; echo "$arch"; } | sha256sum | cut -c1-12)
 deps_dir=$WHEEL_CACHE/deps-$deps_key
 if [ ! -f "$deps_dir/.complete" ]; then
-    log "downloading wheels of the env extra into $deps_dir (host network)"
+    log "downloading wheels of the env and datasets extras into $deps_dir (host network)"
     rm -rf "$deps_dir"; mkdir -p "$deps_dir"
     # Binary wheels for CPython 3.11 on this architecture, whatever the host python is.
     echo "$requirements" >"$deps_dir/requirements.txt"

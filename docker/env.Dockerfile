@@ -38,9 +38,9 @@ COPY trainer_client /src/trainer_client
 COPY docker /src/docker
 RUN python3 -m venv /opt/env-server; \
     if compgen -G '/src/docker/wheelhouse/*.whl' >/dev/null; then \
-        pip install -q --no-cache-dir --no-index --find-links /src/docker/wheelhouse 'swe-openenv[env]'; \
+        pip install -q --no-cache-dir --no-index --find-links /src/docker/wheelhouse 'swe-openenv[env,datasets]'; \
     else \
-        pip install -q --no-cache-dir '/src[env]'; \
+        pip install -q --no-cache-dir '/src[env,datasets]'; \
     fi; \
     if python3 -c 'import torch' 2>/dev/null; then echo 'torch must not be in the env image' >&2; exit 1; fi; \
     install -m 0644 /src/docker/openenv.yaml /app/openenv.yaml; \

@@ -154,6 +154,10 @@ def test_episodes_through_the_server_on_the_docker_backend(tasks, tmp_path):
                 r = await call(ws, "step", tool("bash", command="git apply gold.diff && rm gold.diff && "
                                                                 "git status --short"))
                 assert r["data"]["observation"]["output"].strip().startswith("M "), r
+                rec = (await call(ws, "state", {"t": 2}))["data"]  # state(t) as on host-directory tasks
+                assert rec["t"] == 2 and rec["diff"].count("diff --git") == task.patch.count("diff --git"), rec
+                added = [ln for ln in task.patch.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+                assert all(ln in rec["diff"].splitlines() for ln in added)
             r = await call(ws, "step", tool("submit"))
             return r["data"]
 
