@@ -23,7 +23,7 @@ from .mcp import PARSE_ERROR, handle_jsonrpc
 from .mux import serve_mux
 from .protocol import MUX_SUBPROTOCOL, PROTOCOL_VERSION, Action, EpisodeState, ErrorCode, StateRecord, SWEObservation
 from .service import EnvService
-from .task import TaskInstance, load_tasks
+from .task import TaskInstance, check_backend, load_tasks
 from .tools import TOOL_SPECS
 from .traces import TraceError
 from .ws import serve_ws
@@ -48,7 +48,9 @@ def uvicorn_config(app: FastAPI, config: ServerConfig, host: str, port: int, log
 
 def create_app(config: ServerConfig, tasks: list[TaskInstance] | None = None) -> FastAPI:
     """Build the app; ``tasks`` defaults to loading ``config.tasks_path``."""
-    service = EnvService(config, tasks if tasks is not None else load_tasks(config.tasks_path))
+    tasks = tasks if tasks is not None else load_tasks(config.tasks_path)
+    check_backend(tasks, config.sandbox.backend)
+    service = EnvService(config, tasks)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

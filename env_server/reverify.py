@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field, computed_field
 from sandbox.models import SandboxConfig
 
 from .grading import GradeCache, GradeMode, grade_submission
-from .task import TaskInstance, load_tasks
+from .task import TaskInstance, check_backend, load_tasks
 
 Status = Literal["changed", "unchanged", "skipped", "error"]
 GRADE_MODES: tuple[GradeMode, ...] = ("resolved", "pass_rate")
@@ -164,7 +164,9 @@ async def reverify(traces_dir: str | Path, tasks_path: str | Path, backend: Lite
     files = sorted(folder.glob("*.jsonl"))
     if not files:
         raise ReverifyError(f"no episode traces (*.jsonl) in {folder}")
-    by_id = {t.instance_id: t for t in load_tasks(tasks_path)}
+    loaded = load_tasks(tasks_path)
+    check_backend(loaded, sandbox_config.backend if sandbox_config else backend)
+    by_id = {t.instance_id: t for t in loaded}
     config = sandbox_config or SandboxConfig(backend=backend)
     sem = asyncio.Semaphore(max(1, concurrency))
     start = time.monotonic()

@@ -183,3 +183,14 @@ def load_tasks(path: str | Path) -> list[TaskInstance]:
     if not tasks:
         raise TaskFileError(f"{path.name}: no tasks")
     return tasks
+
+
+def check_backend(tasks: list[TaskInstance], backend: str) -> None:
+    """Raise TaskFileError when ``backend`` cannot serve some of ``tasks`` (image-resident ones need docker)."""
+    if backend == "docker":
+        return
+    resident = [t.instance_id for t in tasks if t.image_resident]
+    if resident:
+        more = f" and {len(resident) - 3} more" if len(resident) > 3 else ""
+        raise TaskFileError(f"{len(resident)} image-resident task(s) ({', '.join(resident[:3])}{more}) keep their "
+                            f"code inside their image: serve them with the docker backend, not {backend}")

@@ -61,3 +61,22 @@ def test_bad_task_files_name_instance_and_field(tdir, content, expected):
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(TaskFileError, match="cannot read task file"):
         load_tasks(tmp_path / "absent.jsonl")
+
+
+def test_image_resident_tasks_need_the_docker_backend(tmp_path):
+    from env_server.app import create_app
+    from env_server.config import ServerConfig
+    from env_server.task import TaskFileError, TaskInstance, check_backend
+    from sandbox import SandboxConfig
+
+    resident = TaskInstance(instance_id="django__django-1", problem_statement="p", image="img:1",
+                            FAIL_TO_PASS=["a"], workdir="/testbed")
+    check_backend([resident], "docker")
+    with pytest.raises(TaskFileError, match="django__django-1.*docker backend"):
+        check_backend([resident], "bwrap")
+    with pytest.raises(TaskFileError, match="docker backend"):
+        create_app(ServerConfig(data_dir=tmp_path, sandbox=SandboxConfig(backend="bwrap")), [resident])
+    with pytest.raises(ValueError, match="repo_path and workdir"):
+        TaskInstance(instance_id="x", problem_statement="p", image="i", repo_path=tmp_path, workdir="/testbed")
+    with pytest.raises(ValueError, match="test_cmd and log_parser"):
+        TaskInstance(instance_id="x", problem_statement="p", image="i", test_cmd="make test")
