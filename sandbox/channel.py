@@ -126,7 +126,7 @@ class RuntimeChannel:
         try:
             reply, _ = _scan(line.decode("utf-8"), 0)
         except (StopIteration, ValueError, RecursionError):
-            raise SandboxDied("runtime sent malformed JSON") from None
+            raise SandboxDied(f"runtime sent malformed JSON: {line[:200]!r}") from None
         if not isinstance(reply, dict):
             raise SandboxDied("runtime sent a non-object reply")
         return reply

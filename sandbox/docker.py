@@ -178,8 +178,10 @@ def container_kwargs(
     watchdog: bool = True,
     exec_workspace: bool = False,
     workspace_mount: Any = None,
+    runtime_bundle: Path | None = None,
 ) -> dict[str, Any]:
-    """``workspace_mount``: a mount for /workspace (a copy-on-write volume) instead of a tmpfs."""
+    """``workspace_mount``: a mount for /workspace (a copy-on-write volume) instead of a tmpfs;
+    ``runtime_bundle``: a Python for the runtime, for images without one (``runtime_bundle.py``)."""
     """Arguments of ``containers.create`` for one hardened session container."""
     from docker.types import Mount, Ulimit
 
@@ -190,6 +192,10 @@ def container_kwargs(
         Mount(TEMPLATE_MOUNT, opts.host_path(template_dir), **ro),
         Mount(RUNTIME_MOUNT, opts.host_path(runtime_path), **ro),
     ]
+    if runtime_bundle is not None:
+        from .runtime_bundle import MOUNT
+
+        mounts.append(Mount(MOUNT, opts.host_path(runtime_bundle), **ro))
     if python_env is not None:
         env_path = str(Path(python_env).absolute())
         mounts.append(Mount(venv_mount_point(env_path, relocate=True), opts.host_path(Path(python_env)), **ro))
@@ -455,6 +461,12 @@ class DockerSandbox(Sandbox):
                                             config.policy.blocked_tools)
         else:
             image = spec.image or config.docker_image
+        bundle = None
+        if spec.image_resident and not await asyncio.to_thread(_has_python, client, image):
+            from .runtime_bundle import build_bundle
+            from .workspace import cache_root
+
+            bundle = await asyncio.to_thread(build_bundle, client, config.docker_image, cache_root(config))
         uid = _UIDS.take(opts)
         cow = None
         try:
@@ -465,6 +477,7 @@ class DockerSandbox(Sandbox):
                 runtime_path=RUNTIME_PATH, python_env=spec.python_env, options=opts,
                 name=f"swe-sbx-{os.getpid()}-{next(_SEQ)}-{secrets.token_hex(3)}",
                 exec_workspace=spec.image_resident, workspace_mount=cow.mount() if cow else None,
+                runtime_bundle=bundle,
             )
             container = await DockerContainer.create(client, uid, **kwargs)
         except BaseException:
@@ -475,10 +488,15 @@ class DockerSandbox(Sandbox):
         container.cow = cow
         stream: ExecStream | None = None
         try:
-            stream = await container.exec_stream(RUNTIME_ARGV)
+            if bundle is not None:
+                from .runtime_bundle import runtime_argv
+
+                stream = await container.exec_stream(runtime_argv(bundle, RUNTIME_MOUNT))
+            else:
+                stream = await container.exec_stream(RUNTIME_ARGV)
             channel = RuntimeChannel(stream.reader, stream.write)
-            init = await channel.handshake(init_message(spec, config, template.base_commit, mounted=cow is not None),
-                                           opts.start_timeout_s)
+            init = await channel.handshake(init_message(spec, config, template.base_commit, mounted=cow is not None,
+                                                        bundle=bundle is not None), opts.start_timeout_s)
             tools_absent = await asyncio.to_thread(_image_lacks_tools, client, image, config.policy.blocked_tools)
         except BaseException as exc:
             detail = stream.stderr_tail[-2000:] if stream else ""
@@ -499,6 +517,7 @@ class DockerSandbox(Sandbox):
             base_commit=template.base_commit,
             details={"container": container.id[:12], "uid": str(uid), "image": image,
                      "engine_seccomp": "default profile", "workspace": "copy-on-write" if cow else "copy",
+                     "runtime_python": "bundled" if bundle is not None else "image",
                      **({"task_image": str(spec.image), "workdir": str(spec.image_workdir)}
                         if spec.image_resident else {})},
         )
@@ -572,15 +591,27 @@ async def _cow_workspace(client: Any, config: SandboxConfig, opts: DockerOptions
         return None
 
 
+_image_python: dict[str, bool] = {}
+
+
+def _has_python(client: Any, image: str) -> bool:
+    if image not in _image_python:
+        from .runtime_bundle import image_has_python
+
+        _image_python[image] = image_has_python(client, image)
+    return _image_python[image]
+
+
 def init_message(spec: WorkspaceSpec, config: SandboxConfig, base_commit: str,
-                 mounted: bool = False) -> dict[str, Any]:
+                 mounted: bool = False, bundle: bool = False) -> dict[str, Any]:
     """The runtime's init line: a copied workspace, or one the engine ``mounted`` (copy-on-write)."""
     # Relocated: the image's own folders on the host path (/root is 0700) may not let the agent's uid through.
     venv = (venv_mount_point(str(Path(spec.python_env).absolute()), relocate=True)
             if spec.python_env is not None else spec.image_env)
     return runtime_init(spec, config, mode="mounted" if mounted else "copy", template=TEMPLATE_MOUNT, upper="",
                         base_commit=base_commit, venv=venv,
-                        extra_exec_paths=["/workspace"] if spec.image_resident else [])
+                        extra_exec_paths=(["/workspace"] if spec.image_resident else [])
+                        + (["/.swe/py"] if bundle else []))
 
 
 _image_tools: dict[str, frozenset[str]] = {}

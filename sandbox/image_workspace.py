@@ -14,9 +14,10 @@ there. Two things are made from such an image, each once and cached:
   recorded, such as an editable install of ``/testbed``, reach the session's
   copy), and a label saying which tools are gone. Builds run with no network.
 
-Sessions then run exactly like host-directory ones (docker backend): the template
-is copied into the session's ``/workspace`` and the runtime runs on the image's
-own ``python3``.
+Sessions then run exactly like host-directory ones (docker backend), with a
+copy-on-write view of the template at ``/workspace`` (``cow.py``) or a copy, and the
+runtime on the image's own ``python3`` or, where it has none (or one older than 3.7),
+on a self-contained bundle (``runtime_bundle.py``).
 """
 
 from __future__ import annotations
@@ -34,11 +35,10 @@ from typing import Any
 from .models import SandboxStartError, WorkspaceError, WorkspaceSpec
 
 DERIVED_REPO = "swe-openenv-task"
-DERIVED_RECIPE = "1"  # bump when the derived image's build steps change
+DERIVED_RECIPE = "2"  # bump when the derived image's build steps change
 HARDEN_SCRIPT = Path(__file__).with_name("harden_image.sh")
 TOOLS_LABEL = "org.swe-openenv.blocked-tools"
 SOURCE_LABEL = "org.swe-openenv.derived-from"
-_MIN_RUNTIME_PYTHON = (3, 6)
 
 
 def image_id(client: Any, image: str) -> str:
@@ -90,10 +90,6 @@ def _dockerfile(source_id: str, workdir: str, tools: tuple[str, ...]) -> str:
         f"FROM {source_id}",
         "USER root",
         "COPY harden_image.sh /tmp/harden_image.sh",
-        # the runtime needs a python3 of its own in the image
-        "RUN command -v python3 >/dev/null || { echo 'no python3 in the image for the sandbox runtime' >&2; exit 3; }; "
-        f"python3 -c 'import sys; sys.exit(0 if sys.version_info >= {_MIN_RUNTIME_PYTHON!r} else 4)' "
-        "|| { echo 'the image python3 is older than 3.6' >&2; exit 4; }",
         f"RUN bash /tmp/harden_image.sh {quoted} && rm -f /tmp/harden_image.sh "
         f"&& rm -rf {workdir} && mkdir -p /workspace /.swe/template /.swe/private "
         f"&& ln -s /workspace {workdir}",

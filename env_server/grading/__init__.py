@@ -216,7 +216,9 @@ async def _run_tests(sb: Sandbox, kit_: _Kit, timeout_s: float) -> tuple[dict[st
                                                                             bytes, str]:
     """Run the hidden tests under the supervisor; (summary, JUnit or harness log, channel bytes, output)."""
     # No git history in the graded tree: the agent's code cannot tell grader-written files apart by it.
-    run = await sb.run(f"cd /workspace && rm -rf .git && python -I -S -B {kit_.dir}/supervisor.py "
+    # the image's python (the pytest grader needs its environment's), else the sandbox's bundled one
+    python = "$(command -v python || command -v python3 || echo /.swe/py/python)"
+    run = await sb.run(f"cd /workspace && rm -rf .git && {python} -I -S -B {kit_.dir}/supervisor.py "
                        f"{kit_.dir}/plan.json", timeout_s=timeout_s + 60)
     summary = _summary(run.output, kit_.nonce)
     report: bytes | None = None

@@ -14,8 +14,9 @@ runner's cooperation (``check_log``):
 
 - the log is the one the supervisor wrote (its hash is in the nonce-tagged summary);
 - the exit status and the log agree: a non-zero exit with no failing test in the log
-  is a forged or truncated log (swebench 5.x rejects it too), and so is a zero exit
-  with a failing test;
+  is a forged or truncated log (swebench 5.x rejects it too); a zero exit with failing
+  tests is not evidence of anything (lenient harnesses exit 0 whatever happens, and a
+  failure pays nothing);
 - no required test is reported twice with different results (a forged line beside
   the real one);
 - files the tests must not change (those of ``test_patch``) are unchanged.
@@ -102,8 +103,6 @@ def check_log(name: str, log: str, report: dict[str, Outcome], summary: dict[str
     if exit_code not in (0, None) and not failing:
         reasons.append(f"the test command exited {exit_code} but its log shows no failing test")
     required = set(tests)
-    if exit_code == 0 and any(report.get(t) in _FAILING for t in required):
-        reasons.append("the test command exited 0 but its log shows a failing test")
     for test, outcomes in sorted(_line_results(name, log, required).items()):
         if len(outcomes) > 1 and outcomes & _FAILING and outcomes & {"passed", "xfailed"}:
             reasons.append(f"the log reports {test} both {' and '.join(sorted(outcomes))}")
