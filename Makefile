@@ -43,3 +43,4 @@ bench: setup
 	$(BIN)/python bench/bench_rollout.py
 	$(BIN)/python bench/bench_cpu_scoring.py
 	$(BIN)/python bench/bench_grading.py
+	$(BIN)/python bench/bench_image_workspace.py
