@@ -54,7 +54,13 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output-dir", metavar="DIR", help="checkpoints, metrics.jsonl, metrics.png (grpo.output_dir)")
     p.add_argument("--max-steps", type=int, metavar="N", help="optimizer steps (grpo.max_steps)")
     p.add_argument("--resume", action="store_true", help="resume from the last checkpoint in the output dir")
-    p.add_argument("--dry-run", action="store_true", help="validate the config and print it; do not train")
+    p.add_argument("--dry-run", action="store_true",
+                   help="validate the config, print it and its per-device memory estimate (trainer_client/memory.py); "
+                   "exit 1 when the estimate exceeds the device memory; do not train")
+    p.add_argument("--device-memory-gb", type=float, metavar="GB",
+                   help="memory of one trainer device for --dry-run (default: hardware.device_memory_gb)")
+    p.add_argument("--num-devices", type=int, metavar="N",
+                   help="trainer devices for --dry-run (default: hardware.num_devices or the accelerate config's)")
     p.set_defaults(func=_run_train)
 
 
@@ -121,14 +127,67 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 def _run_train(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     if args.dry_run:
-        from trainer_client.config import build_grpo_config
-
-        grpo = build_grpo_config(cfg)
-        urls = [split_token(u)[0] for u in cfg.env.urls]  # a ?token= is never printed (nor is env.client.token)
-        print(cfg.model_copy(update={"env": cfg.env.model_copy(update={"urls": urls})}).model_dump_json(indent=2))
-        print(f"GRPOConfig ok: output_dir={grpo.output_dir} max_steps={grpo.max_steps} use_vllm={grpo.use_vllm}")
-        return 0
+        return _dry_run(cfg, args)
     train(cfg, resume=args.resume)
+    return 0
+
+
+def capacity_report(capacity: dict[str, int | None], grpo, wait_s: float) -> str:
+    """One or two lines comparing the replicas' advertised session limits with the run's concurrent rollouts.
+
+    Concurrent rollouts = GRPOConfig.generation_batch_size (per_device_train_batch_size x processes
+    x steps_per_generation): TRL generates one generation batch per optimizer step, and every
+    rollout of it holds one env session (environment_factory's pool) from its reset to its reward.
+    """
+    processes = max(1, grpo.world_size)
+    concurrent = grpo.generation_batch_size
+    per_process = concurrent // processes
+    how = (f"generation_batch_size {concurrent} = per_device_train_batch_size {grpo.per_device_train_batch_size} x "
+           f"{processes} process(es) x steps_per_generation {grpo.steps_per_generation}")
+    known = {u: v for u, v in capacity.items() if v is not None}
+    if not known:
+        return f"env capacity: not advertised by the replicas; the run holds up to {concurrent} sessions at once ({how})"
+    total = sum(known.values())
+    head = (f"env capacity: {len(known)} replica(s) advertise {total} sessions "
+            f"({', '.join(f'{u}={v}' for u, v in known.items())}); concurrent rollouts: {concurrent} ({how})")
+    if len(known) < len(capacity):
+        head += f"; {len(capacity) - len(known)} replica(s) do not advertise a limit"
+    if total >= concurrent:
+        return head + ": ok"
+    lines = [head + f": SHORT by {concurrent - total}: rollouts beyond {total} wait for a free slot "
+             f"(at most {wait_s:g} s each, env.client.capacity_wait_s)"]
+    if per_process > total:
+        lines.append(f"env capacity: WARNING: one process's own batch ({per_process} rollouts) exceeds every slot "
+                     f"there is ({total}): its excess rollouts can only get a slot after capacity_wait_s and fail; "
+                     "add replicas, raise --max-sessions, or lower per_device_train_batch_size/steps_per_generation")
+    return "\n".join(lines)
+
+
+def _dry_run(cfg: RunConfig, args: argparse.Namespace) -> int:
+    """Print the config, validate its GRPOConfig, print the memory estimate; 1 when it does not fit."""
+    from trainer_client.config import build_grpo_config, build_peft_config
+    from trainer_client.memory import estimate_for_config
+
+    urls = [split_token(u)[0] for u in cfg.env.urls]  # a ?token= is never printed (nor is env.client.token)
+    print(cfg.model_copy(update={"env": cfg.env.model_copy(update={"urls": urls})}).model_dump_json(indent=2))
+    try:
+        grpo, how = build_grpo_config(cfg), ""
+    except ValueError as exc:  # bf16 / GPU fields on a machine without CUDA: validate the rest
+        if "gpu" not in str(exc).lower():
+            raise
+        grpo, how = build_grpo_config(cfg, bf16=False, use_cpu=True), " (checked with bf16=False, use_cpu=True: no GPU here)"
+    print(f"GRPOConfig ok{how}: output_dir={grpo.output_dir} max_steps={grpo.max_steps} use_vllm={grpo.use_vllm}")
+    if cfg.peft is not None:
+        print(f"peft_config ok: {type(build_peft_config(cfg)).__name__} r={cfg.peft.r} targets={cfg.peft.target_modules}")
+    try:
+        estimate = estimate_for_config(cfg, device_memory_gb=args.device_memory_gb, num_devices=args.num_devices)
+    except ValueError as exc:  # a model whose shape is unknown here
+        print(f"memory estimate: not computed: {exc}")
+        return 0
+    print(estimate.table())
+    if not estimate.fits:
+        print(f"trainer-client: error: the config does not fit: {estimate.table().splitlines()[-1]}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -138,7 +197,7 @@ def train(cfg: RunConfig, resume: bool = False):
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     from datasets import Dataset
 
-    from trainer_client.config import build_grpo_config, build_loss_config
+    from trainer_client.config import build_grpo_config, build_loss_config, build_peft_config
     from trainer_client.environment import make_environment_class
     from trainer_client.metrics import MetricsCallback, plot_metrics, quiet_progress
     from trainer_client.trainer import SweGRPOTrainer
@@ -153,10 +212,13 @@ def train(cfg: RunConfig, resume: bool = False):
     jsonl = Path(cfg.output.metrics_jsonl or Path(grpo.output_dir) / "metrics.jsonl")
     try:
         env_cls.runtime.run(env_cls.runtime.pool.connect())  # a refused token fails here, before the model loads
+        if grpo.process_index == 0:
+            capacity = env_cls.runtime.run(env_cls.runtime.pool.capacity())
+            print(capacity_report(capacity, grpo, cfg.env.client.capacity_wait_s), flush=True)
         trainer = SweGRPOTrainer(
             model=model_path(cfg), processing_class=load_tokenizer(cfg), args=grpo,
             train_dataset=Dataset.from_list(rows), environment_factory=env_cls, loss_config=build_loss_config(cfg),
-            callbacks=[MetricsCallback(jsonl)],
+            callbacks=[MetricsCallback(jsonl)], peft_config=build_peft_config(cfg),
         )
         quiet_progress(trainer)  # one short line per step (MetricsCallback), not the raw log dicts too
         trainer.train(resume_from_checkpoint=True if resume else None)

@@ -5,6 +5,9 @@
     data:   {tasks: tasks.jsonl | instance_ids: [...], prompt: "...", repeat: N}
     grpo:   any GRPOConfig field (validated by constructing GRPOConfig)
     loss:   trainer_client.losses LossConfig fields (channels 2/3), optional
+    peft:   {r, alpha, dropout, target_modules}: LoRA through TRL's `peft_config`, optional
+    hardware: {device_memory_gb, num_devices, sharding, accelerate_config, prompt_tokens, ...}:
+            what `--dry-run` checks the memory estimate against (trainer_client/memory.py)
     output: {metrics_jsonl, plot}
 
 Overrides are dotted `key=value` pairs (`grpo.max_steps=3`, `env.urls=[...]`), values
@@ -15,14 +18,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainer_client.env_client import ClientConfig
 
-__all__ = ["RunConfig", "apply_overrides", "build_grpo_config", "build_loss_config", "load_config"]
+__all__ = ["RunConfig", "apply_overrides", "build_grpo_config", "build_loss_config", "build_peft_config",
+           "load_config"]
 
 TINY_MODEL = "tiny-qwen"
 OFFLINE_TOKENIZER = "qwen-offline"
@@ -63,12 +67,40 @@ class OutputSection(_Section):
     plot: bool = True
 
 
+class PeftSection(_Section):
+    """LoRA adapters (peft.LoraConfig), passed to GRPOTrainer as `peft_config`: only the adapters train.
+
+    Loss channels with adapters (trainer_client/losses): channel 2's hint teacher is the current
+    policy (adapters on, no gradient); channel 3's DPO reference is the initial policy, which for a
+    fresh LoRA adapter (B = 0 at init) is the base model: adapters disabled (`disable_adapter()`).
+    """
+
+    r: int = Field(16, gt=0)
+    alpha: int = Field(32, gt=0, description="lora_alpha")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    target_modules: str | list[str] = Field("all-linear", description="'all-linear' or module names (q_proj, ...)")
+
+
+class HardwareSection(_Section):
+    """The devices a config is meant for: `trainer-client train --dry-run` checks its memory estimate."""
+
+    device_memory_gb: float | None = Field(None, gt=0, description="memory of one trainer device, GB (1e9 B)")
+    num_devices: int | None = Field(None, gt=0, description="trainer processes/GPUs (default: accelerate_config's)")
+    sharding: Literal["none", "fsdp", "zero3"] | None = Field(None, description="default: from accelerate_config")
+    accelerate_config: str | None = Field(None, description="accelerate config file the run is launched with")
+    prompt_tokens: int = Field(2048, gt=0, description="prompt length assumed by the estimate (issue + tools)")
+    vllm_server_tp: int | None = Field(None, gt=0, description="server mode: tensor parallel size of vLLM")
+    runtime_reserve_gb: float = Field(3.0, ge=0)
+
+
 class RunConfig(_Section):
     model: ModelSection = Field(default_factory=ModelSection)
     env: EnvSection = Field(default_factory=EnvSection)
     data: DataSection = Field(default_factory=DataSection)
     grpo: dict[str, Any] = Field(default_factory=dict)
     loss: dict[str, Any] | None = None
+    peft: PeftSection | None = None
+    hardware: HardwareSection = Field(default_factory=HardwareSection)
     output: OutputSection = Field(default_factory=OutputSection)
 
     def task_rows(self) -> list[dict[str, Any]]:
@@ -121,6 +153,9 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
         tasks = (raw.get("data") or {}).get("tasks")
         if tasks and not Path(tasks).is_absolute():
             raw["data"]["tasks"] = str((Path(path).parent / tasks).resolve())
+        accel = (raw.get("hardware") or {}).get("accelerate_config")
+        if accel and not Path(accel).is_absolute():
+            raw["hardware"]["accelerate_config"] = str((Path(path).parent / accel).resolve())
     return RunConfig.model_validate(apply_overrides(raw, list(overrides)))
 
 
@@ -152,6 +187,16 @@ def build_grpo_config(cfg: RunConfig, **extra: Any):
     kwargs.update(cfg.grpo)
     kwargs.update(extra)
     return GRPOConfig(**kwargs)
+
+
+def build_peft_config(cfg: RunConfig) -> Any:
+    """peft.LoraConfig of the `peft` section (None without one)."""
+    if cfg.peft is None:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=cfg.peft.r, lora_alpha=cfg.peft.alpha, lora_dropout=cfg.peft.dropout,
+                      target_modules=cfg.peft.target_modules, task_type="CAUSAL_LM")
 
 
 def build_loss_config(cfg: RunConfig) -> Any:

@@ -13,6 +13,12 @@ Errors: one root (`EnvClientError`); each also subclasses the matching stdlib ty
 server error codes come back as their own classes (a trainer can tell CAPACITY_REACHED
 from EXECUTION_ERROR).
 
+Capacity: when every live replica answers CAPACITY_REACHED, `ReplicaPool.open_session` waits
+(retrying with backoff, at most `capacity_wait_s`) instead of failing; one log line when the
+pool starts waiting and one when the wait is over; `capacity_waits` / `capacity_wait_s` count
+the waiting opens and their seconds (the trainer logs them per step as `env/capacity_*`).
+`ReplicaPool.capacity()` reads each replica's advertised `max_sessions` (GET /metadata).
+
 Auth: `ClientConfig.token` (or a `?token=` on one replica's URL, which wins for that replica
 and is stripped from the URL) is sent as `Authorization: Bearer <token>` on the handshake. A
 refused handshake (HTTP 401/403) or an UNAUTHORIZED frame raises `EnvAuthError` at once (no
@@ -26,6 +32,7 @@ import itertools
 import json
 import logging
 import os
+import time
 import uuid
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -137,6 +144,10 @@ class ClientConfig(BaseModel):
     ping_interval_s: float | None = Field(20.0, description="WebSocket keepalive; None disables")
     ping_timeout_s: float | None = Field(60.0)
     max_frame_bytes: int = Field(100 * 1024 * 1024, gt=0)
+    capacity_wait_s: float = Field(600.0, ge=0, description="when every live replica is at its session limit, "
+                                   "wait up to this long for a free slot before failing (0: fail at once)")
+    capacity_poll_s: float = Field(0.5, gt=0, description="first retry delay while waiting for capacity; x1.5 "
+                                   "per try, at most 5 s")
     token: SecretStr | None = Field(None, description="bearer token of the replicas (the CLI: --env-token or "
                                     f"{TOKEN_ENV}); a `?token=` on a replica's URL wins for that replica")
 
@@ -171,6 +182,7 @@ class _RedactingLogger(logging.LoggerAdapter):
 
 
 _WS_LOGGER = _RedactingLogger(logging.getLogger("websockets.client"), {})
+log = logging.getLogger(__name__)
 
 
 def mux_url(url: str) -> str:
@@ -431,6 +443,10 @@ class ReplicaPool:
         self.connections = [MuxConnection(u, config) for u in urls]
         self._sessions: dict[MuxConnection, int] = {c: 0 for c in self.connections}
         self._rr = itertools.count()
+        self.capacity_waits = 0  # opens that had to wait for a free slot (cumulative)
+        self.capacity_wait_s = 0.0  # seconds they waited (cumulative)
+        self._waiting = 0
+        self._episode: tuple[float, int] | None = None  # (start, opens that waited in this episode)
 
     @property
     def live(self) -> list[MuxConnection]:
@@ -446,7 +462,34 @@ class ReplicaPool:
 
     async def open_session(self, **reset_kwargs: Any) -> tuple[RemoteSession, dict]:
         """Create a session (reset) on the least-loaded live replica, falling over to the next
-        one on a connection failure or a full replica. Returns (session, first observation)."""
+        one on a connection failure or a full replica. When every live replica is full, wait
+        for a free slot (up to `capacity_wait_s`, then EnvCapacityError). Returns (session,
+        first observation)."""
+        start = time.monotonic()
+        delay = self.config.capacity_poll_s
+        waited = False
+        try:
+            while True:
+                try:
+                    return await self._open_once(reset_kwargs)
+                except EnvCapacityError as exc:
+                    elapsed = time.monotonic() - start
+                    if elapsed + delay > self.config.capacity_wait_s:
+                        if waited:
+                            raise EnvCapacityError(exc.code, f"{exc.message} (every replica still full after "
+                                                   f"waiting {elapsed:.0f} s; capacity_wait_s="
+                                                   f"{self.config.capacity_wait_s:g})", exc.data) from exc
+                        raise
+                    if not waited:
+                        waited = True
+                        self._start_waiting()
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 1.5, 5.0)
+        finally:
+            if waited:
+                self._stop_waiting(time.monotonic() - start)
+
+    async def _open_once(self, reset_kwargs: dict) -> tuple[RemoteSession, dict]:
         last: EnvClientError | None = None
         for connection in self._candidates():
             session = RemoteSession(connection)
@@ -460,6 +503,46 @@ class ReplicaPool:
         if isinstance(last, EnvCapacityError):
             raise last
         raise NoLiveReplicaError(f"no replica could open a session: {last!r}") from last
+
+    def _start_waiting(self) -> None:
+        self._waiting += 1
+        if self._episode is None:
+            self._episode = (time.monotonic(), 0)
+            log.warning("every env replica is at its session limit: new rollouts wait for a free slot "
+                        "(up to %g s each; %d replica(s): %s)", self.config.capacity_wait_s, len(self.live),
+                        ", ".join(c.url for c in self.live))
+        self._episode = (self._episode[0], self._episode[1] + 1)
+
+    def _stop_waiting(self, seconds: float) -> None:
+        self._waiting -= 1
+        self.capacity_waits += 1
+        self.capacity_wait_s += seconds
+        if self._waiting == 0 and self._episode is not None:
+            begun, n = self._episode
+            self._episode = None
+            log.warning("env capacity wait over after %.1f s (%d rollout(s) waited)", time.monotonic() - begun, n)
+
+    async def capacity(self, timeout_s: float = 10.0) -> dict[str, int | None]:
+        """Each live replica's advertised session limit (`max_sessions` of GET /metadata); None
+        where a replica does not say (an older server, or the request failed)."""
+        import httpx
+
+        async def one(connection: MuxConnection) -> int | None:
+            parts = urlsplit(connection.url)
+            scheme = {"ws": "http", "wss": "https"}.get(parts.scheme, parts.scheme)
+            path = parts.path[: -len("/mux")] if parts.path.endswith("/mux") else parts.path
+            url = urlunsplit((scheme, parts.netloc, path.rstrip("/") + "/metadata", "", ""))
+            try:
+                async with httpx.AsyncClient(timeout=timeout_s) as client:
+                    reply = await client.get(url, headers=connection._headers)
+                value = reply.json().get("max_sessions") if reply.status_code == 200 else None
+                return int(value) if value is not None else None
+            except (httpx.HTTPError, ValueError, TypeError, AttributeError):
+                return None
+
+        live = self.live
+        values = await asyncio.gather(*(one(c) for c in live))
+        return {c.url: v for c, v in zip(live, values)}
 
     async def connect(self) -> None:
         """Open every replica's socket now (fail fast before a run): EnvAuthError when a replica

@@ -101,6 +101,22 @@ class ConcurrentToolsMixin:
             metrics["env/suspicious_submissions"].append(float(sum(bool(f) for f in flags)))
             for reason in SUSPICION_REASONS:  # the closed set, zeros included: a steady series per reason
                 metrics[f"env/suspicious/{reason}"].append(float(sum(reason in f for f in flags)))
+            self._log_capacity_waits(envs, metrics)
+
+    _capacity_seen: tuple[int, float] = (0, 0.0)
+
+    def _log_capacity_waits(self, envs: list, metrics: Any) -> None:
+        """`env/capacity_waits` (session opens that waited for a free replica slot) and
+        `env/capacity_wait_s` (their seconds) since the previous batch."""
+        runtime = getattr(envs[0], "runtime", None)
+        pool = getattr(runtime, "pool", None)
+        if pool is None or not hasattr(pool, "capacity_waits"):
+            return
+        waits, seconds = pool.capacity_waits, pool.capacity_wait_s
+        seen_waits, seen_seconds = self._capacity_seen
+        self._capacity_seen = (waits, seconds)
+        metrics["env/capacity_waits"].append(float(waits - seen_waits))
+        metrics["env/capacity_wait_s"].append(float(seconds - seen_seconds))
 
     # ---------------------------------------------------------------- the tool phase
     def _executor(self) -> ThreadPoolExecutor:

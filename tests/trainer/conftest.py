@@ -28,7 +28,7 @@ def qwen_tokenizer():
 
 
 # ------------------------------------------------------------------ real env server + a tool-calling tiny model
-def _start_env_server(tasks, data_dir):
+def _start_env_server(tasks, data_dir, max_sessions: int = 16):
     """Start `env-server serve` (bwrap sandbox) on a free loopback port; (process, url)."""
     import subprocess
     import sys
@@ -41,7 +41,7 @@ def _start_env_server(tasks, data_dir):
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "env_server.cli", "serve", "--tasks", str(tasks), "--port", str(port),
-         "--backend", "bwrap", "--data-dir", str(data_dir), "--max-sessions", "16"],
+         "--backend", "bwrap", "--data-dir", str(data_dir), "--max-sessions", str(max_sessions)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"

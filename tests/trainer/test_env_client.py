@@ -147,7 +147,8 @@ def test_typed_server_errors(server):
     small = MuxServerDouble(max_sessions=1)
     try:
         async def full():
-            pool = ReplicaPool([small.url], FAST)
+            # capacity_wait_s=0: fail at once (waiting is tests/trainer/test_capacity_and_gpu_path.py's)
+            pool = ReplicaPool([small.url], FAST.model_copy(update={"capacity_wait_s": 0}))
             await pool.open_session(instance_id="a")
             with pytest.raises(EnvCapacityError):
                 await pool.open_session(instance_id="b")
