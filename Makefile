@@ -23,11 +23,12 @@ $(STAMP): pyproject.toml
 
 setup: system-deps $(STAMP)
 
-# A Docker engine and the offline-built images (the docker sandbox backend and the
-# compose tests use them). Best effort here; CI sets SWE_REQUIRE_DOCKER=1 so a
-# missing engine fails the docker tests instead of skipping them.
+# A Docker engine and the offline-built images (the docker sandbox backend, the compose
+# tests and the CPU trainer image's smoke run use them). Best effort here; CI sets
+# SWE_REQUIRE_DOCKER=1 so a missing engine fails the docker tests instead of skipping them.
 docker-setup:
 	@bash docker/setup-engine.sh && bash docker/build-images.sh && bash docker/build-env-image.sh \
+	  && bash docker/build-trainer-image.sh \
 	  || { [ "$${SWE_REQUIRE_DOCKER:-0}" != 1 ] && echo "docker unavailable: docker tests will skip" >&2; }
 
 demo: setup

@@ -107,7 +107,7 @@ if ! "$PYTHON" -m pip wheel -q --no-deps --no-build-isolation --wheel-dir "$ctx/
 fi
 log "building $ENV_IMAGE from $BASE_IMAGE ($inputs)"
 start=$(date +%s)
-if ! docker build -t "$ENV_IMAGE" -f docker/env.Dockerfile --label "$LABEL=$inputs" \
+if ! docker build -t "$ENV_IMAGE" -f "$ctx/docker/env.Dockerfile" --label "$LABEL=$inputs" \
         --build-arg "BASE_IMAGE=$BASE_IMAGE" "$ctx" >"$ctx/build.log" 2>&1; then
     tail -n 40 "$ctx/build.log" >&2; exit 1
 fi

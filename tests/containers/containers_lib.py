@@ -13,6 +13,8 @@ from requirements import missing
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "compose.yaml"
+ENV_UID = 10001  # the env image's non-root user; owns the task pack copy
+TIMINGS: dict[str, float] = {}  # printed at the end of the deployments' teardown
 PROJECT_LABEL = "com.docker.compose.project"
 SERVICE_LABEL = "com.docker.compose.service"
 

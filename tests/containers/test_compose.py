@@ -24,65 +24,16 @@ import pytest
 import yaml
 
 from containers_lib import (
-    COMPOSE_FILE, ROOT, compose_command, container_ips, free_port_pair, host_port, project_objects, unavailable,
-    wait_healthy,
+    COMPOSE_FILE, ENV_UID, ROOT, TIMINGS, container_ips, free_port_pair, host_port, project_objects, wait_healthy,
 )
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(900)]
 
 REPLICAS = 2
-ENV_UID = 10001  # the image's non-root user; owns the task pack copy
-TIMINGS: dict[str, float] = {}
 
 
 # ------------------------------------------------------------------ fixtures
-@pytest.fixture(scope="module")
-def engine():
-    try:
-        import docker
-
-        client = docker.from_env(timeout=60)
-        client.ping()
-    except Exception as exc:  # no SDK, no socket, engine down
-        unavailable(f"no Docker engine answers: {exc!r}"[:300])
-    return client
-
-
-@pytest.fixture(scope="module")
-def compose(engine) -> list[str]:
-    cmd = compose_command()
-    if cmd is None:
-        unavailable("neither docker-compose nor `docker compose` is installed")
-    return cmd
-
-
-@pytest.fixture(scope="module")
-def env_image(engine) -> str:
-    """Build (or find up to date) the env image offline; cached by its build-inputs label."""
-    start = time.monotonic()
-    proc = subprocess.run(["bash", str(ROOT / "docker" / "build-env-image.sh")], capture_output=True, text=True,
-                          timeout=1200)
-    TIMINGS["image_build_s"] = time.monotonic() - start
-    assert proc.returncode == 0, f"build-env-image.sh failed:\n{proc.stderr[-4000:]}"
-    return proc.stdout.strip().splitlines()[-1]
-
-
-@pytest.fixture(scope="module")
-def task_pack(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
-    """A copy of the small real task pack owned by the container's uid (git checks owners)."""
-    from taskpack import build_small_pack
-
-    src = build_small_pack(3).parent
-    dest = tmp_path_factory.mktemp("pack") / "pack"
-    shutil.copytree(src, dest, symlinks=True)
-    if os.geteuid() == 0:
-        for path in [dest, *dest.rglob("*")]:
-            os.lchown(path, ENV_UID, ENV_UID)
-    dest.parent.chmod(0o755)
-    tasks = [json.loads(line) for line in (dest / "tasks.jsonl").read_text().splitlines() if line.strip()]
-    return dest, tasks
-
-
+# engine, compose, env_image, task_pack: conftest.py
 @pytest.fixture(scope="module")
 def deployment(engine, compose, env_image, task_pack):
     """`compose up -d --scale env=2 env` under a unique project name; `down -v` afterwards."""

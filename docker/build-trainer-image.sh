@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Build the CPU trainer image (docker/trainer.Dockerfile, VARIANT=cpu, EXTRAS=train: no
+# vLLM, CPU torch) without a registry. Cached. Same recipe as docker/build-env-image.sh:
+#
+#  1. base image: $SWE_TRAINER_BASE_IMAGE, default the offline Debian bookworm minbase of
+#     docker/build-images.sh (`build-images.sh base`); any other value is used as it is;
+#  2. wheelhouse: the core and `train` dependencies, downloaded ON THE HOST with this
+#     machine's pip configuration into $SWE_WHEEL_CACHE/trainer-deps-<hash>/ (kept: later
+#     builds need no network), the project itself is installed from its sources. torch must come
+#     out as a CPU build (`+cpu`, no nvidia-* wheels): point pip at a CPU torch (its
+#     find-links / extra index config, or PIP_* variables) if it does not;
+#  3. `docker build` of a staged context, skipped when $SWE_TRAINER_IMAGE carries the same
+#     build-inputs label.
+#
+# Needs a running engine (docker/setup-engine.sh) and a host python3 >= 3.11 with pip.
+# Run from anywhere. Prints the image name on stdout. The GPU image is not built here
+# (it needs PyPI's CUDA wheels): see docker/trainer.Dockerfile.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(dirname "$HERE")
+OFFLINE_BASE=${SWE_BASE_IMAGE:-swe-openenv-base:bookworm}
+BASE_IMAGE=${SWE_TRAINER_BASE_IMAGE:-$OFFLINE_BASE}
+TRAINER_IMAGE=${SWE_TRAINER_IMAGE:-swe-openenv-trainer:cpu}
+WHEEL_CACHE=${SWE_WHEEL_CACHE:-$ROOT/.cache/wheelhouse}
+LABEL=org.swe-openenv.build-inputs
+RECIPE=1  # bump when this script's build steps change
+if [ -z "${PYTHON:-}" ]; then
+    if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON=$ROOT/.venv/bin/python; else PYTHON=python3; fi
+fi
+
+log() { echo "[build-trainer-image] $*" >&2; }
+
+docker info >/dev/null 2>&1 || { log "no Docker engine answers; run docker/setup-engine.sh first"; exit 1; }
+
+# The core and `train` requirements and the build backend (the project is installed from
+# its sources without build isolation), read from pyproject.toml (one per line).
+requirements=$("$PYTHON" - "$ROOT/pyproject.toml" <<'PY'
+import sys, tomllib
+meta = tomllib.load(open(sys.argv[1], "rb"))
+project = meta["project"]
+print("\n".join(meta["build-system"]["requires"] + project["dependencies"] + project["optional-dependencies"]["train"]))
+PY
+)
+
+# Hash of everything that goes into the image but the base.
+sources_hash() {
+    "$PYTHON" - "$ROOT" <<'PY'
+import hashlib, os, sys
+root = sys.argv[1]
+h = hashlib.sha256()
+paths = ["pyproject.toml", "README.md", "docker/trainer.Dockerfile"]
+for top in ("env_server", "sandbox", "trainer_client"):
+    for d, dirs, files in os.walk(os.path.join(root, top)):
+        dirs[:] = sorted(x for x in dirs if x != "__pycache__")
+        paths += [os.path.relpath(os.path.join(d, f), root) for f in sorted(files) if not f.endswith((".pyc", ".pyo"))]
+for rel in paths:
+    h.update(rel.encode() + b"\0")
+    with open(os.path.join(root, rel), "rb") as f:
+        h.update(hashlib.sha256(f.read()).digest())
+print(h.hexdigest()[:16])
+PY
+}
+
+# 1. base
+if [ "$BASE_IMAGE" = "$OFFLINE_BASE" ]; then
+    SWE_BASE_IMAGE=$OFFLINE_BASE "$HERE/build-images.sh" base
+fi
+base_id=$(docker image inspect --format '{{.Id}}' "$BASE_IMAGE" 2>/dev/null) \
+    || { log "base image $BASE_IMAGE is missing (pull it, or leave SWE_TRAINER_BASE_IMAGE unset to build it offline)"; exit 1; }
+
+inputs=$( { echo "$RECIPE"; echo "$base_id"; echo "$requirements"; sources_hash; } | sha256sum | cut -c1-16)
+current=$(docker image inspect --format "{{ index .Config.Labels \"$LABEL\" }}" "$TRAINER_IMAGE" 2>/dev/null || true)
+if [ "$current" = "$inputs" ]; then
+    log "trainer image $TRAINER_IMAGE up to date ($inputs)"
+    echo "$TRAINER_IMAGE"
+    exit 0
+fi
+
+# 2. wheelhouse (dependencies cached by their requirement set)
+arch=$(uname -m)
+deps_key=$( { echo "$requirements"; echo "$arch"; } | sha256sum | cut -c1-12)
+deps_dir=$WHEEL_CACHE/trainer-deps-$deps_key
+if [ ! -f "$deps_dir/.complete" ]; then
+    log "downloading wheels of the train extra into $deps_dir (host network)"
+    rm -rf "$deps_dir"; mkdir -p "$deps_dir"
+    echo "$requirements" >"$deps_dir/requirements.txt"
+    # Binary wheels for CPython 3.11 on this architecture, whatever the host python is.
+    if ! "$PYTHON" -m pip download -q --dest "$deps_dir" --only-binary=:all: \
+        --python-version 3.11 --implementation cp --abi cp311 --abi abi3 --abi none \
+        --platform "manylinux_2_17_$arch" --platform "manylinux2014_$arch" --platform "manylinux_2_28_$arch" \
+        --platform any -r "$deps_dir/requirements.txt" >"$deps_dir/.log" 2>&1; then
+        tail -n 30 "$deps_dir/.log" >&2; exit 1
+    fi
+    # CPU only: a CUDA torch (several GB of nvidia-* wheels) has no place in this image.
+    torch_whl=$(cd "$deps_dir" && ls torch-*.whl 2>/dev/null || true)
+    cuda_whls=$(cd "$deps_dir" && ls nvidia_*.whl triton-*.whl 2>/dev/null || true)
+    if [[ "$torch_whl" != *+cpu-* ]] || [ -n "$cuda_whls" ]; then
+        log "pip resolved a CUDA torch ($torch_whl${cuda_whls:+; $(echo $cuda_whls | wc -w) CUDA wheels}):"
+        log "configure pip with a CPU torch source (find-links / extra index), then run this again"
+        rm -rf "$deps_dir"; exit 1
+    fi
+    touch "$deps_dir/.complete"
+    # older requirement sets' wheelhouses (~330 MB each) are not needed any more
+    find "$WHEEL_CACHE" -mindepth 1 -maxdepth 1 -name 'trainer-deps-*' ! -name "trainer-deps-$deps_key" \
+        -exec rm -rf {} +
+fi
+
+ctx=$(mktemp -d "${TMPDIR:-/tmp}/swe-trainer-ctx.XXXXXX")
+trap 'rm -rf "$ctx"' EXIT
+# 3. staged context: exactly what trainer.Dockerfile copies; docker/ holds the wheelhouse
+#    only (its layer is cached while the requirements stay the same)
+(cd "$ROOT" && tar --exclude=__pycache__ --exclude='*.pyc' -cf - \
+    pyproject.toml README.md env_server sandbox trainer_client) | tar -C "$ctx" -xf -
+cp "$HERE/trainer.Dockerfile" "$ctx/trainer.Dockerfile"
+mkdir -p "$ctx/docker/wheelhouse"
+# hard links when the cache is on the same file system (the wheels are ~330 MB)
+ln "$deps_dir"/*.whl "$ctx/docker/wheelhouse/" 2>/dev/null || cp "$deps_dir"/*.whl "$ctx/docker/wheelhouse/"
+cp "$deps_dir/requirements.txt" "$ctx/docker/wheelhouse/requirements.txt"
+log "building $TRAINER_IMAGE from $BASE_IMAGE ($inputs)"
+start=$(date +%s)
+if ! docker build -t "$TRAINER_IMAGE" -f "$ctx/trainer.Dockerfile" --label "$LABEL=$inputs" \
+        --build-arg "BASE_IMAGE=$BASE_IMAGE" --build-arg EXTRAS=train --build-arg VARIANT=cpu \
+        "$ctx" >"$ctx/build.log" 2>&1; then
+    tail -n 40 "$ctx/build.log" >&2; exit 1
+fi
+log "built $TRAINER_IMAGE in $(( $(date +%s) - start ))s"
+echo "$TRAINER_IMAGE"
