@@ -1,8 +1,10 @@
-"""A small, cached pack of real tasks for tests: ``build_small_pack(n_tasks)``.
+"""Small, cached packs of real tasks for tests.
 
-Built with the real task builder from pinned PyPI sdists into the project-local,
-gitignored ``.cache/taskpack/`` and reused while its ``tasks.jsonl`` is complete.
-A file lock keeps parallel test processes from building it twice.
+``build_small_pack(n_tasks)``: synthetic mutations (``source: synthetic-mutation``) of
+pinned PyPI sdists. ``build_mined_pack(packages)``: real historical fixes mined from
+consecutive releases (``source: release-diff``). Both are built with the real builders
+into the project-local, gitignored ``.cache/taskpack/`` and reused while complete.
+A file lock keeps parallel test processes from building them twice.
 """
 
 from __future__ import annotations
@@ -11,12 +13,16 @@ import fcntl
 import json
 from pathlib import Path
 
-from env_server.taskgen import BuildReport, build_tasks
+from env_server.taskgen import BuildReport, MineReport, build_tasks, mine_tasks
 from env_server.taskgen.build import BUILDER_VERSION
+from env_server.taskgen.mine import MINER_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 PACK_DIR = ROOT / ".cache" / "taskpack"
 SMALL_PACK_PACKAGES = ("inflection", "toolz", "cachetools")
+# Release pairs of six: two kept (real fixes), the others rejected for their reasons (a fresh
+# build takes about a minute: five sdists and three suites run four times each).
+MINED_PACK_PACKAGES = ("six",)
 
 
 def build_small_pack(n_tasks: int = 3, seed: int = 0) -> Path:
@@ -63,3 +69,28 @@ def _complete(out: Path, n_tasks: int) -> bool:
     lines = [json.loads(line) for line in tasks_file.read_text().splitlines() if line.strip()]
     return len(lines) == n_tasks and all(
         (out / t["repo_path"] / ".git").is_dir() and (out / t["python_env"] / "bin").is_dir() for t in lines)
+
+
+def build_mined_pack(packages: tuple[str, ...] = MINED_PACK_PACKAGES, check: str = "host") -> Path:
+    """Path of the ``tasks.jsonl`` of the release-diff tasks mined from ``packages`` (cached).
+
+    Raises RuntimeError when the miner kept no task.
+    """
+    out = PACK_DIR / f"mined-{'-'.join(packages)}"
+    tasks_file = out / "tasks.jsonl"
+    PACK_DIR.mkdir(parents=True, exist_ok=True)
+    with open(PACK_DIR / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            report = MineReport.model_validate_json((out / "build_report.json").read_text())
+            done = report.miner_version == MINER_VERSION and report.n_tasks > 0 and all(
+                (out / t["repo_path"] / ".git").is_dir() and (out / t["python_env"] / "bin").is_dir()
+                for t in map(json.loads, tasks_file.read_text().splitlines()))
+        except (OSError, ValueError, KeyError):
+            done = False
+        if done:
+            return tasks_file
+        report = mine_tasks(out, packages=list(packages), min_tasks=1, check=check, cache_dir=PACK_DIR / "cache")
+        if not report.ok:
+            raise RuntimeError(f"mined task pack: no task from {packages}: {[p.model_dump() for p in report.pairs]}")
+        return tasks_file

@@ -1,15 +1,21 @@
-"""Task builder: synthetic SWE-style bug-fix tasks (one-token mutations of real code) from pinned PyPI sdists.
+"""Task builder: SWE-style bug-fix tasks from PyPI sdists, from two sources.
 
-``build_tasks(out_dir, ...)`` writes ``tasks.jsonl`` (SWE-bench fields plus
-``repo_path``/``python_env``), ``repos/``, ``envs/`` and ``build_report.json``.
+``build_tasks(out_dir, ...)``: synthetic one-token mutations of real code
+(``source: synthetic-mutation``). ``mine_tasks(out_dir, ...)``: real historical
+fixes between consecutive releases, with the release's own tests hidden and its
+changelog as the statement (``source: release-diff``). Both write ``tasks.jsonl``
+(SWE-bench fields plus ``repo_path``/``python_env``), ``repos/``, ``envs/`` and
+``build_report.json``.
 """
 
 from .build import DEFAULT_MIN_TASKS, build_tasks, default_cache_dir
-from .models import BuildReport, PackageReport, PackageSpec, TaskRecord
+from .mine import mine_tasks
+from .models import BuildReport, MineReport, MineSpec, PackageReport, PackageSpec, TaskRecord
 from .packages import CATALOG, DEFAULT_PACKAGES
+from .release_catalog import MINE_CATALOG
 from .sources import TaskgenError
 
 __all__ = [
-    "BuildReport", "CATALOG", "DEFAULT_MIN_TASKS", "DEFAULT_PACKAGES", "PackageReport", "PackageSpec",
-    "TaskRecord", "TaskgenError", "build_tasks", "default_cache_dir",
+    "BuildReport", "CATALOG", "DEFAULT_MIN_TASKS", "DEFAULT_PACKAGES", "MINE_CATALOG", "MineReport", "MineSpec",
+    "PackageReport", "PackageSpec", "TaskRecord", "TaskgenError", "build_tasks", "default_cache_dir", "mine_tasks",
 ]

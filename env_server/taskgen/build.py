@@ -29,7 +29,7 @@ from .mutate import Edit, apply_edit, find_mutations, parses
 from .packages import resolve_packages
 from .runner import PytestRunner
 from .sources import TaskgenError, pristine_tree
-from .statement import leaks, problem_statement
+from .statement import Style, leaks, problem_statement, reveals_tests
 
 DEFAULT_MIN_TASKS = 30
 DEFAULT_TASKS_PER_PACKAGE = 6
@@ -37,9 +37,9 @@ MAX_FAIL_TO_PASS = 25
 MAX_PASS_TO_PASS = 120
 ATTEMPTS_PER_TASK = 8
 # Bump when the way verdicts are computed changes: it invalidates cached verdicts.
-VERDICT_VERSION = "3"
+VERDICT_VERSION = "4"
 # Bump when the same inputs would give different tasks (ordering, statements, ids).
-BUILDER_VERSION = "6"
+BUILDER_VERSION = "8"
 # Node ids that pass unchanged through a shell command line and JUnit XML.
 _SAFE_NODEID = re.compile(r"^[\x21-\x7e]+$")
 _UNSAFE_CHARS = set("\\'\"`$;&|<>")
@@ -56,11 +56,12 @@ def default_cache_dir() -> Path:
 def build_tasks(out_dir: str | Path, packages: list[str] | None = None, seed: int = 0,
                 max_tasks: int | None = None, min_tasks: int | None = None, *,
                 tasks_per_package: int | None = None, cache_dir: str | Path | None = None,
-                log: Log | None = None) -> BuildReport:
+                log: Log | None = None, statement_style: Style = "report") -> BuildReport:
     """Build tasks into ``out_dir`` (tasks.jsonl, repos/, envs/, build_report.json).
 
     ``max_tasks`` caps the total (spread evenly over the packages);
-    ``min_tasks`` (default: 30, or ``max_tasks`` when smaller) decides ``report.ok``.
+    ``min_tasks`` (default: 30, or ``max_tasks`` when smaller) decides ``report.ok``;
+    ``statement_style``: ``report`` (a user's bug report) or ``verbose`` (test id, source, error).
     """
     start = time.monotonic()
     out = Path(out_dir).resolve()
@@ -84,7 +85,7 @@ def build_tasks(out_dir: str | Path, packages: list[str] | None = None, seed: in
         reports.append(report)
         if left <= 0:
             continue
-        builder = _PackageBuilder(spec, out, cache, seed, say)
+        builder = _PackageBuilder(spec, out, cache, seed, say, statement_style)
         try:
             for record, prov in builder.build(left, report):
                 tasks.append(record)
@@ -99,6 +100,7 @@ def build_tasks(out_dir: str | Path, packages: list[str] | None = None, seed: in
     tmp.write_text("".join(t.model_dump_json() + "\n" for t in tasks))
     tmp.replace(tasks_file)
     result = BuildReport(builder_version=BUILDER_VERSION, out_dir=str(out), tasks_file=str(tasks_file), seed=seed,
+                         statement_style=statement_style,
                          n_tasks=len(tasks),
                          min_tasks=min_tasks, packages=reports, provenance=provenance,
                          duration_s=round(time.monotonic() - start, 2), pytest_runs=runs)
@@ -109,8 +111,10 @@ def build_tasks(out_dir: str | Path, packages: list[str] | None = None, seed: in
 class _PackageBuilder:
     """Builds the tasks of one package (one repo, one venv, one cache folder)."""
 
-    def __init__(self, spec: PackageSpec, out: Path, cache: Path, seed: int, say: Log) -> None:
+    def __init__(self, spec: PackageSpec, out: Path, cache: Path, seed: int, say: Log,
+                 statement_style: Style = "report") -> None:
         self.spec, self.out, self.cache, self.seed, self.say = spec, out, cache, seed, say
+        self.statement_style = statement_style
         self.results = cache / "results" / spec.key
         self.runner: PytestRunner | None = None
 
@@ -247,7 +251,8 @@ class _PackageBuilder:
         if r2.timed_out or not f2p:
             return CandidateVerdict(accepted=False, reason="flaky")
         return CandidateVerdict(accepted=True, fail_to_pass=f2p, pass_to_pass=p2p,
-                                messages={t: r1.tests[t].message for t in f2p})
+                                messages={t: r1.tests[t].message for t in f2p},
+                                lines={t: r1.tests[t].line for t in f2p if r1.tests[t].line is not None})
 
     def gold_passes(self, patch: str, mut: Mutation, buggy: str, src: str, tests: list[str]) -> bool:
         """Apply the gold patch to the buggy tree with ``git apply``; all ``tests`` must pass."""
@@ -287,8 +292,11 @@ class _PackageBuilder:
         statement, found = "", []
         for detail in (2, 1, 0):
             statement = problem_statement(spec.name, spec.version, self.work, verdict.fail_to_pass,
-                                          verdict.messages, random.Random(f"{self.seed}|{instance_id}"), detail)
+                                          verdict.messages, random.Random(f"{self.seed}|{instance_id}"), detail,
+                                          style=self.statement_style, lines=verdict.lines)
             found = leaks(statement, mut, changed)
+            if self.statement_style == "report":
+                found += reveals_tests(statement, self.work, verdict.fail_to_pass + verdict.pass_to_pass)
             if not found:
                 break
         else:

@@ -1,4 +1,4 @@
-"""``env-server tasks build|validate|reverify|import`` (also ``python -m env_server.taskgen ...``)."""
+"""``env-server tasks build|mine|validate|reverify`` (also ``python -m env_server.taskgen ...``)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ from pathlib import Path
 
 from .build import DEFAULT_TASKS_PER_PACKAGE, build_tasks
 from .packages import CATALOG
+from .release_catalog import MINE_CATALOG
 from .sources import TaskgenError
+from .statement import STYLES
 
 
 def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``tasks`` with ``build``, ``validate`` and ``reverify`` to a parser's subcommands."""
+    """Add ``tasks`` with ``build``, ``mine``, ``validate`` and ``reverify`` to a parser's subcommands."""
     tasks = subparsers.add_parser("tasks", help="build or validate task files, re-grade finished episodes")
     sub = tasks.add_subparsers(dest="tasks_command", required=True)
     add_task_commands(sub)
@@ -31,8 +33,29 @@ def add_task_commands(sub: argparse._SubParsersAction) -> None:
                        help=f"default {DEFAULT_TASKS_PER_PACKAGE} (or max-tasks spread evenly)")
     build.add_argument("--cache-dir", type=Path, default=None,
                        help="downloads, envs and verdicts (default $SWE_OPENENV_TASKGEN_CACHE or ~/.cache)")
+    build.add_argument("--statement", choices=STYLES, default="report",
+                       help="report: a user's bug report with a reproducer written from the failing assertion "
+                            "(default); verbose: the failing test's id, source and error")
     build.add_argument("--quiet", action="store_true")
     build.set_defaults(func=_build)
+
+    mine = sub.add_parser("mine", help="mine real historical fixes (source: release-diff) from consecutive "
+                                       "releases on the package index, with hidden tests and changelog statements")
+    mine.add_argument("--out", type=Path, required=True, help="output directory (tasks.jsonl, repos/, envs/)")
+    mine.add_argument("--packages", nargs="+", default=None, metavar="NAME",
+                      help=f"packages to mine (default: all of {', '.join(MINE_CATALOG)}); commas also separate")
+    mine.add_argument("--discover", type=int, default=None, metavar="N",
+                      help="instead of the catalog's pinned pairs, the N newest consecutive pairs on the index")
+    mine.add_argument("--max-tasks", type=int, default=None, help="stop once this many tasks are kept")
+    mine.add_argument("--min-tasks", type=int, default=None, help="fail (exit 1) below this many (default 20)")
+    mine.add_argument("--max-patch-lines", type=int, default=None, metavar="N",
+                      help="reject pairs whose gold patch changes more lines (default and ceiling 200)")
+    mine.add_argument("--check", choices=["host", "bwrap", "none"], default="host",
+                      help="grade each kept task (gold 1.0, empty 0.0) before writing it (default host)")
+    mine.add_argument("--cache-dir", type=Path, default=None,
+                      help="downloads, envs and verdicts (default $SWE_OPENENV_TASKGEN_CACHE or ~/.cache)")
+    mine.add_argument("--quiet", action="store_true")
+    mine.set_defaults(func=_mine)
 
     validate = sub.add_parser("validate", help="grade every task: gold patch -> 1.0, empty diff -> 0.0")
     validate.add_argument("file", type=Path, help="SWE-bench-format JSON/JSONL task file with local repo_path")
@@ -65,7 +88,7 @@ def _build(args: argparse.Namespace) -> int:
     try:
         report = build_tasks(args.out, packages=packages, seed=args.seed, max_tasks=args.max_tasks,
                              min_tasks=args.min_tasks, tasks_per_package=args.tasks_per_package,
-                             cache_dir=args.cache_dir, log=log)
+                             cache_dir=args.cache_dir, log=log, statement_style=args.statement)
     except (KeyError, ValueError, TaskgenError) as exc:
         print(f"env-server tasks build: {exc}", file=sys.stderr)
         return 2
@@ -75,6 +98,31 @@ def _build(args: argparse.Namespace) -> int:
         print(f"{p.package:<24} {p.tasks:>5} {p.candidates_tried:>5}  {detail}")
     print(f"{report.n_tasks} task(s) in {report.tasks_file} ({report.duration_s:.1f}s, "
           f"{report.pytest_runs} pytest run(s)); minimum {report.min_tasks}: {'ok' if report.ok else 'NOT MET'}")
+    return 0 if report.ok else 1
+
+
+def _mine(args: argparse.Namespace) -> int:
+    from .mine import mine_tasks
+
+    packages = None
+    if args.packages:
+        packages = [p for item in args.packages for p in item.split(",") if p]
+    log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    try:
+        report = mine_tasks(args.out, packages=packages, discover=args.discover, max_tasks=args.max_tasks,
+                            min_tasks=args.min_tasks, max_patch_lines=args.max_patch_lines,
+                            check=args.check, cache_dir=args.cache_dir, log=log)
+    except (KeyError, ValueError, TaskgenError) as exc:
+        print(f"env-server tasks mine: {exc}", file=sys.stderr)
+        return 2
+    print(f"{'package':<16} {'pairs':>5} {'kept':>4} {'secs':>7}  rejected")
+    for p in report.packages:
+        detail = ", ".join(f"{k}={v}" for k, v in sorted(p.rejected.items()))
+        print(f"{p.package:<16} {p.pairs_tried:>5} {p.tasks:>4} {p.duration_s:>7.1f}  {detail}")
+    tried = sum(p.pairs_tried for p in report.packages)
+    print(f"{report.n_tasks} release-diff task(s) from {tried} pair(s) in {report.tasks_file} "
+          f"({report.duration_s:.1f}s, {report.pytest_runs} pytest run(s), check: {report.check}); "
+          f"minimum {report.min_tasks}: {'ok' if report.ok else 'NOT MET'}")
     return 0 if report.ok else 1
 
 

@@ -64,3 +64,14 @@ def diff(repo: Path, a: str, b: str) -> str:
 
 def set_branch(repo: Path, name: str, commit: str) -> None:
     git(repo, "update-ref", f"refs/heads/{name}", commit)
+
+
+def commit_tree(repo: Path, parent: str, tree_dir: Path, message: str) -> str:
+    """Commit the files of ``tree_dir`` (all of them, as ``git add -A`` sees them) as a child of
+    ``parent`` in ``repo``, without touching ``repo``'s work tree or index; return its id."""
+    with tempfile.TemporaryDirectory(prefix="taskgen-index-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index"), "GIT_DIR": str((repo / ".git").resolve()),
+               "GIT_WORK_TREE": str(tree_dir.resolve())}
+        git(tree_dir, "add", "-A", env=env)
+        tree = git(tree_dir, "write-tree", env=env).strip()
+    return git(repo, "commit-tree", tree, "-p", parent, "-m", message).strip()

@@ -2,8 +2,9 @@
 
 The sandbox backends go through the env server's real grading path
 (``env_server.grading.grade_submission``). ``host`` is a sandbox-free check for
-machines without one: the same two diffs, run with the task's venv on a
-checkout of ``base_commit`` in a temporary directory.
+machines without one: the same two diffs, run with the task's venv and the
+grader's pytest configuration on a checkout of ``base_commit`` (plus the
+task's ``test_patch``) in a temporary directory.
 """
 
 from __future__ import annotations
@@ -155,7 +156,8 @@ def host_grade(task, diff: str, plugin_dir: Path | None = None) -> float:
                 return 0.0
         if task.test_patch.strip():
             gitrepo.git(tree, "apply", "--whitespace=nowarn", "-", input=task.test_patch)
-        runner = PytestRunner(task.python_env, plugin_dir or Path(tmp) / "plugin", import_root_of(task.python_env))
+        runner = PytestRunner(task.python_env, plugin_dir or Path(tmp) / "plugin", import_root_of(task.python_env),
+                              grader_ini=True)
         result = runner.run(tree, task.tests, timeout_s=900)
     ok = all(result.tests.get(t) is not None and result.tests[t].outcome == "passed" for t in task.tests)
     return 1.0 if ok else 0.0

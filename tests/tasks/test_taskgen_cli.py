@@ -1,4 +1,4 @@
-"""``env-server tasks build|validate`` and ``python -m env_server.taskgen``."""
+"""``env-server tasks build|mine|validate`` and ``python -m env_server.taskgen``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from env_server.cli import build_parser
 from env_server.taskgen.cli import main
-from taskpack import PACK_DIR, build_small_pack
+from taskpack import PACK_DIR, build_mined_pack, build_small_pack
 
 
 def test_env_server_cli_has_tasks_build_and_validate() -> None:
@@ -22,6 +22,25 @@ def test_env_server_cli_has_tasks_build_and_validate() -> None:
     assert (args.file, args.backend, args.func.__name__) == (Path("t.jsonl"), "docker", "_validate")
     with pytest.raises(SystemExit):
         parser.parse_args(["tasks", "validate", "t.jsonl", "--backend", "vm"])
+    args = parser.parse_args(["tasks", "build", "--out", "x", "--statement", "verbose"])
+    assert args.statement == "verbose" and parser.parse_args(["tasks", "build", "--out", "x"]).statement == "report"
+    args = parser.parse_args(["tasks", "mine", "--out", "m", "--packages", "six,idna", "--check", "bwrap",
+                              "--max-patch-lines", "20", "--max-tasks", "3"])
+    assert (args.packages, args.check, args.max_patch_lines, args.max_tasks, args.func.__name__) == \
+        (["six,idna"], "bwrap", 20, 3, "_mine")
+
+
+def test_mine_command_prints_the_yield_table(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    build_mined_pack(("six",))  # warms the cache this run reuses
+    rc = main(["mine", "--out", str(tmp_path / "m"), "--packages", "six", "--min-tasks", "1",
+               "--cache-dir", str(PACK_DIR / "cache"), "--quiet"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    row = next(line.split() for line in out.splitlines() if line.startswith("six "))
+    assert row[1:3] == ["5", "2"] and "flaky=1" in out and "no_test_change=2" in out
+    assert "2 release-diff task(s) from 5 pair(s)" in out and "0 pytest run(s)" in out and "ok" in out
+    assert main(["mine", "--out", str(tmp_path / "n"), "--packages", "nope", "--quiet"]) == 2
+    assert "unknown package" in capsys.readouterr().err
 
 
 def test_module_entry_point_runs_standalone() -> None:

@@ -12,7 +12,7 @@ import pytest
 from env_server.task import load_tasks
 from env_server.taskgen import build_tasks
 from env_server.taskgen.models import BuildReport, TaskRecord
-from env_server.taskgen.statement import leaks
+from env_server.taskgen.statement import leaks, reveals_tests
 from env_server.taskgen.validate import host_grade, validate_file
 from taskpack import PACK_DIR, build_small_pack
 
@@ -72,12 +72,15 @@ def test_venv_lacks_the_package_and_points_at_the_workspace(pack: Path, report: 
         assert pth.read_text().strip() in ("/workspace", "/workspace/src")
 
 
-def test_statements_do_not_leak_the_injected_change(pack: Path, report: BuildReport) -> None:
+def test_statements_do_not_leak_the_injected_change_or_the_tests(pack: Path, report: BuildReport) -> None:
     for task, prov in zip(load_tasks(pack), report.provenance, strict=True):
         changed = [line[1:] for line in task.patch.splitlines()
                    if line[:1] in "+-" and not line.startswith(("+++", "---"))]
         assert leaks(task.problem_statement, prov.mutation, changed) == []
-        assert task.FAIL_TO_PASS[0] in task.problem_statement
+        # a user's bug report: no test id, test name or test file; the package and version it is about
+        assert reveals_tests(task.problem_statement, task.repo_path, task.tests) == []
+        assert not any(t.split("::")[0] in task.problem_statement for t in task.tests)
+        assert f"{task.repo.removeprefix('pypi/')} {task.version}" in task.problem_statement
 
 
 def test_host_grade_rejects_a_wrong_fix(pack: Path) -> None:

@@ -1,4 +1,8 @@
-"""End to end on the CPU against the real env server (bwrap sandbox, real tasks) on loopback."""
+"""End to end on the CPU against the real env server (bwrap sandbox, real tasks) on loopback.
+
+The tasks are real historical fixes (``source: release-diff``) mined from six's releases
+on PyPI (tests/taskpack.py::build_mined_pack), served by this module's own env server.
+"""
 
 from __future__ import annotations
 
@@ -13,13 +17,26 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def tasks_file(small_pack_file):
-    return small_pack_file
+def tasks_file():
+    """The mined pack; where the miner cannot build it this fails under CI / SWE_REQUIRE_TASKPACK=1."""
+    from requirements import missing
+    from taskpack import build_mined_pack
+
+    from env_server.taskgen.sources import TaskgenError
+
+    try:
+        return build_mined_pack(("six",))
+    except RuntimeError as exc:  # TaskgenError (download, venv) or "no task"; not NotImplementedError & co
+        if not (type(exc) is RuntimeError or isinstance(exc, TaskgenError)):
+            raise
+        missing("taskpack", f"the miner could not build the six pack: {exc}"[:2000])
 
 
 @pytest.fixture(scope="module")
-def server(real_env_url):
-    return real_env_url
+def server(bwrap, tasks_file, tmp_path_factory):
+    proc, url = _start_env_server(tasks_file, tmp_path_factory.mktemp("env-data"))
+    yield url
+    _stop_process(proc)
 
 
 def _instance_ids(tasks_file: Path) -> list[str]:
