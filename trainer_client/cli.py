@@ -3,6 +3,9 @@
     trainer-client train --config trainer_client/configs/cpu_smoke.yaml \\
         --env-url http://127.0.0.1:8000 --set grpo.max_steps=3
 
+Multi-process (DDP or FSDP; docs/deploy.md "Multi-process"): `accelerate launch --num_processes N
+[--config_file ACCELERATE.yaml] -m trainer_client.cli train ...`.
+
 A replica started with a token (`ENV_SERVER_TOKEN`) needs it here too: `--env-token TOKEN`,
 the `ENV_SERVER_TOKEN` variable (the flag wins), or `?token=` on one `--env-url`; it is sent
 as `Authorization: Bearer <token>` and never printed.
@@ -198,6 +201,7 @@ def train(cfg: RunConfig, resume: bool = False):
     from datasets import Dataset
 
     from trainer_client.config import build_grpo_config, build_loss_config, build_peft_config
+    from trainer_client.distributed import allow_cpu_fsdp, write_rank_report
     from trainer_client.environment import make_environment_class
     from trainer_client.metrics import MetricsCallback, plot_metrics, quiet_progress
     from trainer_client.trainer import SweGRPOTrainer
@@ -205,10 +209,13 @@ def train(cfg: RunConfig, resume: bool = False):
     if not cfg.env.urls:
         raise SystemExit("trainer-client: no env server: pass --env-url or set env.urls")
     grpo = build_grpo_config(cfg)
+    if grpo.use_cpu:
+        allow_cpu_fsdp()  # an FSDP accelerate config on CPU ranks shards instead of falling back to DDP
     rows = [{"prompt": [{"role": "user", "content": cfg.data.prompt}], "instance_id": iid}
             for iid in cfg.instance_ids()] * cfg.data.repeat
     env_cls = make_environment_class(cfg.env.urls, cfg.env.client, reset_keys=cfg.env.reset_keys,
-                                     auto_submit=cfg.env.auto_submit, max_output_chars=cfg.env.max_output_chars)
+                                     auto_submit=cfg.env.auto_submit, max_output_chars=cfg.env.max_output_chars,
+                                     offset=grpo.process_index)  # ranks start their sessions on different replicas
     jsonl = Path(cfg.output.metrics_jsonl or Path(grpo.output_dir) / "metrics.jsonl")
     try:
         env_cls.runtime.run(env_cls.runtime.pool.connect())  # a refused token fails here, before the model loads
@@ -223,9 +230,11 @@ def train(cfg: RunConfig, resume: bool = False):
         quiet_progress(trainer)  # one short line per step (MetricsCallback), not the raw log dicts too
         trainer.train(resume_from_checkpoint=True if resume else None)
         trainer.save_model(str(Path(grpo.output_dir) / "final"))
+        if cfg.output.rank_report:
+            write_rank_report(trainer, env_cls.runtime.pool, Path(grpo.output_dir) / "ranks")
     finally:
         env_cls.runtime.close()
-    if cfg.output.plot:
+    if cfg.output.plot and grpo.process_index == 0:
         png = plot_metrics(jsonl, Path(grpo.output_dir) / "metrics.png")
         if png:
             print(f"metrics: {jsonl}  plot: {png}")

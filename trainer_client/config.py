@@ -65,6 +65,8 @@ class DataSection(_Section):
 class OutputSection(_Section):
     metrics_jsonl: str | None = Field(None, description="default: <output_dir>/metrics.jsonl")
     plot: bool = True
+    rank_report: bool = Field(False, description="write <output_dir>/ranks/rank<k>.json at the end (trainer_client/"
+                              "distributed.py): sessions per replica, rollouts, a digest of the full parameters")
 
 
 class PeftSection(_Section):

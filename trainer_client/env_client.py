@@ -436,13 +436,16 @@ class RemoteSession:
 class ReplicaPool:
     """Sessions spread over env replicas; a dead replica is taken out of rotation."""
 
-    def __init__(self, urls: list[str] | tuple[str, ...], config: ClientConfig = ClientConfig()):
+    def __init__(self, urls: list[str] | tuple[str, ...], config: ClientConfig = ClientConfig(), offset: int = 0):
+        """`offset` starts the round robin at that replica: the trainer passes its process index,
+        so the ranks of a multi-process run place their sessions on different replicas first."""
         if not urls:
             raise ValueError("ReplicaPool needs at least one env URL")
         self.config = config
         self.connections = [MuxConnection(u, config) for u in urls]
         self._sessions: dict[MuxConnection, int] = {c: 0 for c in self.connections}
-        self._rr = itertools.count()
+        self._rr = itertools.count(offset)
+        self.opened: dict[str, int] = {c.url: 0 for c in self.connections}  # sessions opened per replica (cumulative)
         self.capacity_waits = 0  # opens that had to wait for a free slot (cumulative)
         self.capacity_wait_s = 0.0  # seconds they waited (cumulative)
         self._waiting = 0
@@ -499,6 +502,7 @@ class ReplicaPool:
                 last = exc
                 continue
             self._sessions[connection] += 1
+            self.opened[connection.url] += 1
             return session, obs
         if isinstance(last, EnvCapacityError):
             raise last

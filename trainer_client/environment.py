@@ -37,12 +37,12 @@ def _described(method):
 class EnvRuntime:
     """One background event loop + one replica pool, shared by every environment instance."""
 
-    def __init__(self, urls: list[str] | tuple[str, ...], config: ClientConfig = ClientConfig()):
+    def __init__(self, urls: list[str] | tuple[str, ...], config: ClientConfig = ClientConfig(), offset: int = 0):
         self.urls = tuple(urls)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="env-client-loop", daemon=True)
         self._thread.start()
-        self.pool = ReplicaPool(self.urls, config)
+        self.pool = ReplicaPool(self.urls, config, offset=offset)
 
     def run(self, coro, timeout_s: float | None = None) -> Any:
         """Run a coroutine on the runtime's loop and block the calling thread for its result."""
@@ -249,9 +249,11 @@ def make_environment_class(
     reset_keys: tuple[str, ...] | None = None,
     auto_submit: bool | None = None,
     max_output_chars: int | None = None,
+    offset: int = 0,
 ) -> type[SweEnvironment]:
-    """A SweEnvironment subclass bound to a runtime for `urls` (TRL instantiates it with no args)."""
-    attrs: dict[str, Any] = {"runtime": EnvRuntime(urls, config)}
+    """A SweEnvironment subclass bound to a runtime for `urls` (TRL instantiates it with no args);
+    `offset`: the replica pool's round-robin start (the trainer's process index)."""
+    attrs: dict[str, Any] = {"runtime": EnvRuntime(urls, config, offset=offset)}
     if reset_keys is not None:
         attrs["reset_keys"] = tuple(reset_keys)
     if auto_submit is not None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -37,6 +38,7 @@ from trl import GRPOTrainer
 from trl.chat_template_utils import parse_response
 
 from env_server.protocol import SuspicionReason
+from trainer_client.distributed import gather_objects
 from trainer_client.losses.mixin import ThreeChannelLossMixin
 
 log = logging.getLogger(__name__)
@@ -80,43 +82,63 @@ class ConcurrentToolsMixin:
                 env._prepare(**row)
 
     def _log_env_metrics(self, sites: list[list[dict]]) -> None:
+        """Per-batch env metrics over the global batch: every rank's counts are gathered (a
+        collective: every rank calls this once per generation batch) and summed before dividing."""
         mode = "train" if self.model.training else "eval"
         envs = getattr(self, "environments", None) or []
-        kinds: Counter = Counter()
-        n_turns = 0
+        counts: Counter = Counter()
         for env in envs:
             for rec in getattr(env, "turns", []):
-                n_turns += 1
+                counts["turns"] += 1
                 if rec.get("error_kind"):
-                    kinds[rec["error_kind"]] += 1
-        if envs:
-            metrics = self._metrics[mode]
-            metrics["env/turns_per_rollout"].append(n_turns / len(envs))
-            metrics["env/error_sites_per_rollout"].append(sum(map(len, sites)) / len(envs))
-            metrics["env/infra_failures"].append(float(sum(bool(getattr(e, "infra_error", None)) for e in envs)))
-            for kind, n in kinds.items():
-                metrics[f"env/errors/{kind}"].append(n / len(envs))
-            flags = [set(getattr(e, "suspicious", ())) for e in envs]
-            metrics["env/reward_hacking"].append(float(sum(bool(getattr(e, "reward_hacking", False)) for e in envs)))
-            metrics["env/suspicious_submissions"].append(float(sum(bool(f) for f in flags)))
+                    counts[f"env/errors/{rec['error_kind']}"] += 1
+            flags = set(getattr(env, "suspicious", ()))
+            counts["env/infra_failures"] += bool(getattr(env, "infra_error", None))
+            counts["env/reward_hacking"] += bool(getattr(env, "reward_hacking", False))
+            counts["env/suspicious_submissions"] += bool(flags)
             for reason in SUSPICION_REASONS:  # the closed set, zeros included: a steady series per reason
-                metrics[f"env/suspicious/{reason}"].append(float(sum(reason in f for f in flags)))
-            self._log_capacity_waits(envs, metrics)
+                counts[f"env/suspicious/{reason}"] += reason in flags
+        counts["rollouts"] = len(envs)
+        counts["sites"] = sum(map(len, sites)) if envs else 0
+        counts.update(self._capacity_delta(envs))
+        self.rollouts_local += len(envs)
+        per_rank = gather_objects(self, (dict(counts), self._tool_phase_s))
+        self._tool_phase_s = 0.0
+        total: Counter = Counter()
+        for rank_counts, _ in per_rank:
+            total.update(rank_counts)
+        n = total.pop("rollouts", 0)
+        if not n:
+            return
+        metrics = self._metrics[mode]
+        metrics["env/rollouts"].append(float(n))
+        metrics["env/turns_per_rollout"].append(total.pop("turns", 0) / n)
+        metrics["env/error_sites_per_rollout"].append(total.pop("sites", 0) / n)
+        metrics["env/tool_phase_s"].append(max(seconds for _, seconds in per_rank))
+        for key in ("env/infra_failures", "env/reward_hacking", "env/suspicious_submissions",
+                    *(f"env/suspicious/{r}" for r in SUSPICION_REASONS)):
+            metrics[key].append(float(total.pop(key, 0)))
+        for key in ("env/capacity_waits", "env/capacity_wait_s"):
+            if key in total:
+                metrics[key].append(float(total.pop(key)))
+        for key, value in sorted(total.items()):  # env/errors/<kind>: per rollout
+            metrics[key].append(value / n)
 
     _capacity_seen: tuple[int, float] = (0, 0.0)
+    _tool_phase_s: float = 0.0
+    rollouts_local: int = 0  # this rank's rollouts so far
 
-    def _log_capacity_waits(self, envs: list, metrics: Any) -> None:
+    def _capacity_delta(self, envs: list) -> dict[str, float]:
         """`env/capacity_waits` (session opens that waited for a free replica slot) and
-        `env/capacity_wait_s` (their seconds) since the previous batch."""
-        runtime = getattr(envs[0], "runtime", None)
+        `env/capacity_wait_s` (their seconds) of this rank since the previous batch."""
+        runtime = getattr(envs[0], "runtime", None) if envs else None
         pool = getattr(runtime, "pool", None)
         if pool is None or not hasattr(pool, "capacity_waits"):
-            return
+            return {}
         waits, seconds = pool.capacity_waits, pool.capacity_wait_s
         seen_waits, seen_seconds = self._capacity_seen
         self._capacity_seen = (waits, seconds)
-        metrics["env/capacity_waits"].append(float(waits - seen_waits))
-        metrics["env/capacity_wait_s"].append(float(seconds - seen_seconds))
+        return {"env/capacity_waits": float(waits - seen_waits), "env/capacity_wait_s": float(seconds - seen_seconds)}
 
     # ---------------------------------------------------------------- the tool phase
     def _executor(self) -> ThreadPoolExecutor:
@@ -188,6 +210,7 @@ class ConcurrentToolsMixin:
                     envs[i].pending_assistant = {"content": str(message.get("content") or ""),
                                                  "tool_calls": list(message.get("tool_calls") or []),
                                                  "token_ids": turn_ids[i]}
+            started = time.monotonic()
             futures = {i: self._executor().submit(self._run_rollout_tools, i, pending[i]) for i in active}
             records: dict[int, list[dict]] = {}
             for i in active:  # results are appended in rollout order: deterministic
@@ -199,6 +222,7 @@ class ConcurrentToolsMixin:
                     message = {"role": "tool", "name": name, "content": result if isinstance(result, list) else str(result)}
                     prompts[i].append(message)
                     completions[i].append(message)
+            self._tool_phase_s += time.monotonic() - started
 
             pct_ids = {}
             for i in active:

@@ -4,7 +4,8 @@
 
 The trainer sets `self.loss_config` (a LossConfig). Channel 1 is `super()._compute_loss`
 untouched; channels 2/3 are divided by `current_gradient_accumulation_steps` and every
-channel is logged into `self._metrics[mode]` under `channels/...`.
+channel is logged into `self._metrics[mode]` under `channels/...`, gathered over the ranks of a
+multi-process run (losses averaged, the counts `CHANNEL_COUNTS` summed).
 
 When channel 2 runs in a step, a forward hook on the backbone keeps the final hidden states
 of GRPO's own forward over the rollouts; channel 2 reads the student side at the counted
@@ -19,6 +20,8 @@ from typing import Any
 
 import torch
 
+from trainer_client.distributed import gather_objects, merge_metrics
+
 from .compose import ChannelOutputs, compute_channels, has_error_sites
 from .config import LossConfig
 from .hints import HintSource, load_hint_source
@@ -28,9 +31,12 @@ from .replay import ReferenceLogps
 from .taid import TAIDScheduler
 from .teacher_context import HintRenderer
 
-__all__ = ["ChannelState", "ThreeChannelLossMixin"]
+__all__ = ["CHANNEL_COUNTS", "ChannelState", "ThreeChannelLossMixin"]
 
 log = logging.getLogger(__name__)
+
+#: channel metrics that are counts: summed over the ranks (the others are averaged)
+CHANNEL_COUNTS = ("channels/error_sites", "channels/sdpo_tokens", "channels/pairs")
 
 
 def _tokenizer_of(processing_class: Any) -> Any:
@@ -128,6 +134,7 @@ class ThreeChannelLossMixin:
         if state.taid is not None and out.n_sdpo_tokens and mode == "train":
             state.taid.update(float(out.sdpo.detach()), step)
             out.extra["channels/taid_t"] = state.taid.t
-        for name, value in out.metrics().items():
+        per_rank = gather_objects(self, out.metrics())  # every rank computes the loss of its own micro-batch
+        for name, value in merge_metrics(per_rank, sums=CHANNEL_COUNTS).items():
             self._metrics[mode][name].append(value)
         return out.total
