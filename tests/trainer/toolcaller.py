@@ -40,10 +40,10 @@ FIX_PROMPT = "Fix the bug.\n\n"
 BAD_COMMAND = "nosuchcmd"
 GOLD_EDIT = {"path": "toolz/functoolz.py", "old": "self.first = funcs[1]", "new": "self.first = funcs[0]"}
 
-SFT_STEPS = 150
+SFT_STEPS = 300
 SFT_LR = 1e-2
 SFT_SEED = 0
-SFT_VERSION = 1  # bump when the recipe changes
+SFT_VERSION = 2  # bump when the recipe changes (2: 300 steps, for the longer bug-report statements)
 
 
 def row(kind: str) -> dict:
