@@ -30,6 +30,8 @@ if [ -z "${PYTHON:-}" ]; then
 fi
 
 log() { echo "[build-trainer-image] $*" >&2; }
+# shellcheck source=docker/image-lib.sh
+. "$HERE/image-lib.sh"
 
 docker info >/dev/null 2>&1 || { log "no Docker engine answers; run docker/setup-engine.sh first"; exit 1; }
 
@@ -43,33 +45,11 @@ print("\n".join(meta["build-system"]["requires"] + project["dependencies"] + pro
 PY
 )
 
-# Hash of everything that goes into the image but the base.
-sources_hash() {
-    "$PYTHON" - "$ROOT" <<'PY'
-import hashlib, os, sys
-root = sys.argv[1]
-h = hashlib.sha256()
-paths = ["pyproject.toml", "README.md", "docker/trainer.Dockerfile"]
-for top in ("env_server", "sandbox", "trainer_client"):
-    for d, dirs, files in os.walk(os.path.join(root, top)):
-        dirs[:] = sorted(x for x in dirs if x != "__pycache__")
-        paths += [os.path.relpath(os.path.join(d, f), root) for f in sorted(files) if not f.endswith((".pyc", ".pyo"))]
-for rel in paths:
-    h.update(rel.encode() + b"\0")
-    with open(os.path.join(root, rel), "rb") as f:
-        h.update(hashlib.sha256(f.read()).digest())
-print(h.hexdigest()[:16])
-PY
-}
 
 # 1. base
-if [ "$BASE_IMAGE" = "$OFFLINE_BASE" ]; then
-    SWE_BASE_IMAGE=$OFFLINE_BASE "$HERE/build-images.sh" base
-fi
-base_id=$(docker image inspect --format '{{.Id}}' "$BASE_IMAGE" 2>/dev/null) \
-    || { log "base image $BASE_IMAGE is missing (pull it, or leave SWE_TRAINER_BASE_IMAGE unset to build it offline)"; exit 1; }
+base_id=$(base_image_id SWE_TRAINER_BASE_IMAGE) || exit 1
 
-inputs=$( { echo "$RECIPE"; echo "$base_id"; echo "$requirements"; sources_hash; } | sha256sum | cut -c1-16)
+inputs=$( { echo "$RECIPE"; echo "$base_id"; echo "$requirements"; sources_hash "docker/trainer.Dockerfile"; } | sha256sum | cut -c1-16)
 current=$(docker image inspect --format "{{ index .Config.Labels \"$LABEL\" }}" "$TRAINER_IMAGE" 2>/dev/null || true)
 if [ "$current" = "$inputs" ]; then
     log "trainer image $TRAINER_IMAGE up to date ($inputs)"
@@ -78,20 +58,11 @@ if [ "$current" = "$inputs" ]; then
 fi
 
 # 2. wheelhouse (dependencies cached by their requirement set)
-arch=$(uname -m)
-deps_key=$( { echo "$requirements"; echo "$arch"; } | sha256sum | cut -c1-12)
+deps_key=$( { echo "$requirements"; uname -m; } | sha256sum | cut -c1-12)
 deps_dir=$WHEEL_CACHE/trainer-deps-$deps_key
 if [ ! -f "$deps_dir/.complete" ]; then
     log "downloading wheels of the train extra into $deps_dir (host network)"
-    rm -rf "$deps_dir"; mkdir -p "$deps_dir"
-    echo "$requirements" >"$deps_dir/requirements.txt"
-    # Binary wheels for CPython 3.11 on this architecture, whatever the host python is.
-    if ! "$PYTHON" -m pip download -q --dest "$deps_dir" --only-binary=:all: \
-        --python-version 3.11 --implementation cp --abi cp311 --abi abi3 --abi none \
-        --platform "manylinux_2_17_$arch" --platform "manylinux2014_$arch" --platform "manylinux_2_28_$arch" \
-        --platform any -r "$deps_dir/requirements.txt" >"$deps_dir/.log" 2>&1; then
-        tail -n 30 "$deps_dir/.log" >&2; exit 1
-    fi
+    download_wheels "$deps_dir" || exit 1
     # CPU only: a CUDA torch (several GB of nvidia-* wheels) has no place in this image.
     torch_whl=$(cd "$deps_dir" && ls torch-*.whl 2>/dev/null || true)
     cuda_whls=$(cd "$deps_dir" && ls nvidia_*.whl triton-*.whl 2>/dev/null || true)
