@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The main job on embedded defaults: build a few synthetic SWE tasks (one-token mutations of real
-# code, source: synthetic-mutation) from PyPI sdists,
+# The main job on embedded defaults: mine two real SWE tasks (historical fixes between
+# consecutive cachetools releases on PyPI, source: release-diff: the maintainers' own patch,
+# their tests hidden, their changelog entry as the issue) and build four synthetic ones
+# (one-token mutations, source: synthetic-mutation: short fixes the tiny model can learn),
 # start a local env server (bwrap sandbox) on loopback, warm-start the tiny Qwen2
 # smoke model on demonstrations recorded through that server (gold-patch edits and
 # lazy submits, so GRPO groups mix rewarded and unrewarded rollouts; cached), and
@@ -13,13 +15,34 @@ export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TRL_EXPERIMENTAL_SILENCE=1 TO
 # inside TRL/transformers, nothing a user of the demo can act on) would bury the demo's output
 export PYTHONWARNINGS="ignore::FutureWarning"
 BIN=.venv/bin
-TASKS_DIR=${DEMO_TASKS_DIR:-.cache/demo-tasks}
+TASKS_DIR=${DEMO_TASKS_DIR:-.cache/demo-tasks-v2}
 OUT=${DEMO_OUTPUT_DIR:-runs/demo}
 STEPS=${DEMO_STEPS:-8}
 WARMSTART=${DEMO_WARMSTART:-1}
 
-echo "== 1/4 tasks: synthetic bug-fix tasks (one-token mutations of real code from PyPI sdists; cached)"
-$BIN/env-server tasks build --out "$TASKS_DIR" --packages inflection,idna --max-tasks 4 --min-tasks 2 --quiet
+echo "== 1/4 tasks (cached): 2 real fixes (source: release-diff) mined from consecutive cachetools releases"
+echo "   on PyPI (gold patch = the maintainers' change, hidden tests = theirs, issue = their changelog),"
+echo "   and 4 synthetic bugs (source: synthetic-mutation: one-token mutations of inflection and idna),"
+echo "   short enough for the tiny demo model to learn to fix"
+$BIN/env-server tasks mine --out "$TASKS_DIR/real" --packages cachetools --max-tasks 2 --min-tasks 2 \
+  --max-patch-lines 8 --quiet
+$BIN/env-server tasks build --out "$TASKS_DIR/synthetic" --packages inflection,idna --max-tasks 4 --min-tasks 2 \
+  --quiet
+# one task file for the server: each record's paths are relative to its own folder
+$BIN/python - "$TASKS_DIR" <<'PY'
+import json, sys
+from pathlib import Path
+root = Path(sys.argv[1])
+out = []
+for part in ("real", "synthetic"):
+    for line in (root / part / "tasks.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        for key in ("repo_path", "python_env"):
+            if rec.get(key):
+                rec[key] = f"{part}/{rec[key]}"
+        out.append(json.dumps(rec))
+(root / "tasks.jsonl").write_text("\n".join(out) + "\n")
+PY
 PORT=$($BIN/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 URL="http://127.0.0.1:$PORT"
 
@@ -39,7 +62,8 @@ curl -fsS "$URL/health" >/dev/null || { echo "env server did not become healthy"
 MODEL=()
 if [ "$WARMSTART" = 1 ]; then
   # cached per task set and recipe (a fresh SFT takes a minute or two on 2 cores)
-  KEY=$(cat "$TASKS_DIR/tasks.jsonl" trainer_client/warmstart.py | sha256sum | cut -c1-12)
+  WARM_STEPS=300  # full-batch SFT steps: the model must reproduce each demonstrated edit token for token
+  KEY=$( { cat "$TASKS_DIR/tasks.jsonl" trainer_client/warmstart.py; echo "$WARM_STEPS"; } | sha256sum | cut -c1-12)
   WARM=.cache/demo-warmstart/$KEY
   if [ -f "$WARM/warmstart.json" ]; then
     echo "== 3/4 warm start: cached in $WARM"
@@ -47,7 +71,7 @@ if [ "$WARMSTART" = 1 ]; then
     echo "== 3/4 warm start: SFT on demonstrations recorded through the env server"
     rm -rf "$WARM.tmp"
     $BIN/trainer-client warmstart --config trainer_client/configs/cpu_smoke.yaml --env-url "$URL" \
-      --tasks "$TASKS_DIR/tasks.jsonl" --out "$WARM.tmp"
+      --tasks "$TASKS_DIR/tasks.jsonl" --out "$WARM.tmp" --steps "$WARM_STEPS"
     mv "$WARM.tmp" "$WARM"
     echo "warm-started model: $WARM"
   fi
