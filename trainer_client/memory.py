@@ -307,7 +307,7 @@ def estimate_memory(
         rows.append(Row("activation checkpoints", f"L {L} x b {b} x s {s} x h {h} x 2", L * b * s * h * 2, no_grad))
         rows.append(Row("recompute working set", f"b x s x (8h + 2kv {kv} + 4I {I}) x 2", working, no_grad))
     else:
-        rows.append(Row("activations (no ckpt)", f"L x b x s x (8h + 2kv + 4I) x 2", L * working, no_grad))
+        rows.append(Row("activations (no ckpt)", "L x b x s x (8h + 2kv + 4I) x 2", L * working, no_grad))
         est.notes.append("gradient_checkpointing is off: every layer keeps its activations")
     rows.append(Row("log-prob tile", f"{LOGPROB_TILE_TOKENS} x V {V} x 4 x 2", LOGPROB_TILE_TOKENS * V * 4 * 2, no_grad))
     if loss_channels:
@@ -315,7 +315,7 @@ def estimate_memory(
                         working + loss_chunk_tokens * V * 16, no_grad))
     if n > 1:
         layer = P / L
-        rows.append(Row("shard gather buffers", f"2 x (P / L) x 2", 2 * layer * 2, all_phases))
+        rows.append(Row("shard gather buffers", "2 x (P / L) x 2", 2 * layer * 2, all_phases))
     if use_vllm and vllm_mode == "colocate":
         share = vllm_gpu_memory_utilization * device_memory_gb if device_memory_gb is not None else 0.0
         phases = ("generate", "sync") if vllm_sleep_mode else all_phases

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 
-import pytest
 import torch
 
 from trainer_client.losses import LossConfig

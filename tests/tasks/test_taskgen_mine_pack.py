@@ -13,24 +13,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from requirements import missing
 
 from env_server.task import load_tasks
 from env_server.taskgen.changelog import find_section
 from env_server.taskgen.models import MineReport
-from env_server.taskgen.sources import TaskgenError
 from env_server.taskgen.validate import host_grade, validate_file
-from taskpack import PACK_DIR, build_mined_pack
+from taskpack import PACK_DIR, mined_pack_or_missing
 
 
 @pytest.fixture(scope="module")
 def pack() -> Path:
-    try:
-        return build_mined_pack(("six",))
-    except RuntimeError as exc:  # TaskgenError (download, venv) or "no task"; not NotImplementedError & co
-        if not (type(exc) is RuntimeError or isinstance(exc, TaskgenError)):
-            raise
-        missing("taskpack", f"the miner could not build the six pack: {exc}"[:2000])
+    return mined_pack_or_missing(("six",))
 
 
 @pytest.fixture(scope="module")

@@ -19,17 +19,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def tasks_file():
     """The mined pack; where the miner cannot build it this fails under CI / SWE_REQUIRE_TASKPACK=1."""
-    from requirements import missing
-    from taskpack import build_mined_pack
+    from taskpack import mined_pack_or_missing
 
-    from env_server.taskgen.sources import TaskgenError
-
-    try:
-        return build_mined_pack(("six",))
-    except RuntimeError as exc:  # TaskgenError (download, venv) or "no task"; not NotImplementedError & co
-        if not (type(exc) is RuntimeError or isinstance(exc, TaskgenError)):
-            raise
-        missing("taskpack", f"the miner could not build the six pack: {exc}"[:2000])
+    return mined_pack_or_missing(("six",))
 
 
 @pytest.fixture(scope="module")
