@@ -11,6 +11,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TRL_EXPERIMENTAL_SILENCE=1 TOKENIZERS_PARALLELISM=false
+# no per-file "Loading weights" / "Writing model shards" bars between the step lines (the step bar stays)
+export HF_HUB_DISABLE_PROGRESS_BARS=1
 # transformers' own deprecation notices (gradient_checkpointing -> activation_checkpointing, raised
 # inside TRL/transformers, nothing a user of the demo can act on) would bury the demo's output
 export PYTHONWARNINGS="ignore::FutureWarning"
