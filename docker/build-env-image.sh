@@ -16,22 +16,13 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(dirname "$HERE")
-OFFLINE_BASE=${SWE_BASE_IMAGE:-swe-openenv-base:bookworm}
-BASE_IMAGE=${SWE_ENV_BASE_IMAGE:-$OFFLINE_BASE}
-ENV_IMAGE=${SWE_ENV_IMAGE:-swe-openenv-env:latest}
-WHEEL_CACHE=${SWE_WHEEL_CACHE:-$ROOT/.cache/wheelhouse}
-LABEL=org.swe-openenv.build-inputs
-RECIPE=1  # bump when this script's build steps change
-if [ -z "${PYTHON:-}" ]; then
-    if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON=$ROOT/.venv/bin/python; else PYTHON=python3; fi
-fi
-
 log() { echo "[build-env-image] $*" >&2; }
+# ROOT, OFFLINE_BASE, WHEEL_CACHE, LABEL and PYTHON; exits when no engine answers
 # shellcheck source=docker/image-lib.sh
 . "$HERE/image-lib.sh"
-
-docker info >/dev/null 2>&1 || { log "no Docker engine answers; run docker/setup-engine.sh first"; exit 1; }
+BASE_IMAGE=${SWE_ENV_BASE_IMAGE:-$OFFLINE_BASE}
+ENV_IMAGE=${SWE_ENV_IMAGE:-swe-openenv-env:latest}
+RECIPE=1  # bump when this script's build steps change
 
 # The `env` and `datasets` extras' requirements, read from pyproject.toml (one per line).
 requirements=$("$PYTHON" - "$ROOT/pyproject.toml" <<'PY'

@@ -1,5 +1,14 @@
-# Shared steps of the offline image builds (sourced by build-env-image.sh and
-# build-trainer-image.sh; they set ROOT, HERE, PYTHON, BASE_IMAGE, OFFLINE_BASE and log()).
+# Shared settings and steps of the offline image builds, sourced by build-env-image.sh and
+# build-trainer-image.sh after they set HERE and log(); they set BASE_IMAGE afterwards.
+
+ROOT=$(dirname "$HERE")
+OFFLINE_BASE=${SWE_BASE_IMAGE:-swe-openenv-base:bookworm}
+WHEEL_CACHE=${SWE_WHEEL_CACHE:-$ROOT/.cache/wheelhouse}
+LABEL=org.swe-openenv.build-inputs
+if [ -z "${PYTHON:-}" ]; then
+    if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON=$ROOT/.venv/bin/python; else PYTHON=python3; fi
+fi
+docker info >/dev/null 2>&1 || { log "no Docker engine answers; run docker/setup-engine.sh first"; exit 1; }
 
 # Hash of the project sources that go into an image, plus the given repo-relative files.
 sources_hash() {

@@ -147,6 +147,7 @@ _CLIENTS_LOCK = threading.Lock()
 _OWNER = f"{os.uname().nodename}:{os.getpid()}:{secrets.token_hex(4)}"
 _SEQ = itertools.count()
 _log = logging.getLogger(__name__)
+_COW_REFUSED: set[str | None] = set()  # engines (docker_url) that could not mount a copy-on-write volume
 
 
 def docker_client(url: str | None = None) -> Any:
@@ -470,7 +471,8 @@ class DockerSandbox(Sandbox):
         uid = _UIDS.take(opts)
         cow = None
         try:
-            if opts.workspace == "overlay" or (opts.workspace == "auto" and spec.image_resident):
+            if opts.workspace == "overlay" or (opts.workspace == "auto" and spec.image_resident
+                                               and config.docker_url not in _COW_REFUSED):
                 cow = await _cow_workspace(client, config, opts, Path(template.path), uid)
             kwargs = container_kwargs(
                 image=image, config=config, uid=uid, template_dir=Path(template.path),
@@ -586,8 +588,8 @@ async def _cow_workspace(client: Any, config: SandboxConfig, opts: DockerOptions
     except (docker.errors.APIError, OSError) as exc:
         if opts.workspace == "overlay":
             raise SandboxStartError(f"no copy-on-write workspace: {exc}") from exc
-        _log.warning("copy-on-write workspace refused (%s): sessions copy their workspace", exc)
-        opts.workspace = "copy"
+        _log.warning("copy-on-write workspace refused (%s): sessions on this engine copy their workspace", exc)
+        _COW_REFUSED.add(config.docker_url)  # "auto" does not ask this engine again
         return None
 
 

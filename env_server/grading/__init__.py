@@ -282,13 +282,7 @@ async def _grade_in_sandbox(task: TaskInstance, agent_diff: str, dropped: list[s
         else:
             reasons = cross_check(summary, report, channel, canary, task.tests)
         if reasons:
-            if not agent_diff.strip():  # the pristine tree itself trips the checks: a broken task
-                return GradeResult(reward=0.0, mode=mode, applied=applied, dropped=dropped, error_source="env",
-                                   error="grading checks fail without any agent change: " + "; ".join(reasons[:3]),
-                                   tamper_reasons=reasons, log_tail=log_tail)
-            return GradeResult(reward=0.0, mode=mode, applied=applied, dropped=dropped, error_source="agent",
-                               tampered=True, tamper_reasons=reasons, log_tail=log_tail,
-                               error="grading tampered: " + "; ".join(reasons[:3]))
+            return _distrusted(reasons, agent_diff, log_tail, mode=mode, applied=applied, dropped=dropped)
         if report is None:
             return GradeResult(reward=0.0, mode=mode, applied=applied, dropped=dropped, error_source=source,
                                error=f"no test report (exit {summary.get('exit_code')}): {report_error}",
@@ -296,6 +290,16 @@ async def _grade_in_sandbox(task: TaskInstance, agent_diff: str, dropped: list[s
         return _score(task, report, mode, log_tail, applied, dropped)
     finally:
         await sb.close()
+
+
+def _distrusted(reasons: list[str], agent_diff: str, log_tail: str, **base: Any) -> GradeResult:
+    """A run whose witnesses disagree scores 0: tampering when the agent changed anything,
+    else the pristine tree itself trips the checks (a broken task)."""
+    if not agent_diff.strip():
+        return GradeResult(reward=0.0, **base, error_source="env", tamper_reasons=reasons, log_tail=log_tail,
+                           error="grading checks fail without any agent change: " + "; ".join(reasons[:3]))
+    return GradeResult(reward=0.0, **base, error_source="agent", tampered=True, tamper_reasons=reasons,
+                       log_tail=log_tail, error="grading tampered: " + "; ".join(reasons[:3]))
 
 
 def _harness_verdict(task: TaskInstance, summary: dict[str, Any], log_bytes: bytes | None, mode: GradeMode,
@@ -313,11 +317,7 @@ def _harness_verdict(task: TaskInstance, summary: dict[str, Any], log_bytes: byt
         reasons = harness.check_log(task.log_parser, log, report, summary, task.tests)
     tail = log[-LOG_TAIL_CHARS:]
     if reasons:
-        if not agent_diff.strip():
-            return GradeResult(reward=0.0, **base, error_source="env", tamper_reasons=reasons, log_tail=tail,
-                               error="grading checks fail without any agent change: " + "; ".join(reasons[:3]))
-        return GradeResult(reward=0.0, **base, error_source="agent", tampered=True, tamper_reasons=reasons,
-                           log_tail=tail, error="grading tampered: " + "; ".join(reasons[:3]))
+        return _distrusted(reasons, agent_diff, tail, **base)
     if not report:
         return GradeResult(reward=0.0, **base, error_source=source, log_tail=tail,
                            error=f"no test results in the log (exit {summary.get('exit_code')})")

@@ -80,11 +80,22 @@ def add_task_commands(sub: argparse._SubParsersAction) -> None:
     add_import_command(sub)
 
 
+def _packages(args: argparse.Namespace) -> list[str] | None:
+    """``--packages a b,c`` -> ``[a, b, c]`` (None: the catalog's)."""
+    return [p for item in args.packages for p in item.split(",") if p] if args.packages else None
+
+
+def _progress(args: argparse.Namespace):
+    """Progress lines on stderr, unless ``--quiet``."""
+    return None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+
+
+def _reasons(rejected: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(rejected.items()))
+
+
 def _build(args: argparse.Namespace) -> int:
-    packages = None
-    if args.packages:
-        packages = [p for item in args.packages for p in item.split(",") if p]
-    log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    packages, log = _packages(args), _progress(args)
     try:
         report = build_tasks(args.out, packages=packages, seed=args.seed, max_tasks=args.max_tasks,
                              min_tasks=args.min_tasks, tasks_per_package=args.tasks_per_package,
@@ -94,7 +105,7 @@ def _build(args: argparse.Namespace) -> int:
         return 2
     print(f"{'package':<24} {'tasks':>5} {'tried':>5}  rejected / error")
     for p in report.packages:
-        detail = p.error or ", ".join(f"{k}={v}" for k, v in sorted(p.rejected.items()))
+        detail = p.error or _reasons(p.rejected)
         print(f"{p.package:<24} {p.tasks:>5} {p.candidates_tried:>5}  {detail}")
     print(f"{report.n_tasks} task(s) in {report.tasks_file} ({report.duration_s:.1f}s, "
           f"{report.pytest_runs} pytest run(s)); minimum {report.min_tasks}: {'ok' if report.ok else 'NOT MET'}")
@@ -104,10 +115,7 @@ def _build(args: argparse.Namespace) -> int:
 def _mine(args: argparse.Namespace) -> int:
     from .mine import mine_tasks
 
-    packages = None
-    if args.packages:
-        packages = [p for item in args.packages for p in item.split(",") if p]
-    log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    packages, log = _packages(args), _progress(args)
     try:
         report = mine_tasks(args.out, packages=packages, discover=args.discover, max_tasks=args.max_tasks,
                             min_tasks=args.min_tasks, max_patch_lines=args.max_patch_lines,
@@ -117,7 +125,7 @@ def _mine(args: argparse.Namespace) -> int:
         return 2
     print(f"{'package':<16} {'pairs':>5} {'kept':>4} {'secs':>7}  rejected")
     for p in report.packages:
-        detail = ", ".join(f"{k}={v}" for k, v in sorted(p.rejected.items()))
+        detail = _reasons(p.rejected)
         print(f"{p.package:<16} {p.pairs_tried:>5} {p.tasks:>4} {p.duration_s:>7.1f}  {detail}")
     tried = sum(p.pairs_tried for p in report.packages)
     print(f"{report.n_tasks} release-diff task(s) from {tried} pair(s) in {report.tasks_file} "

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from requirements import missing
+
 from env_server.datasets import ReadError, import_files
 from env_server.task import load_tasks
 
@@ -68,9 +70,13 @@ def test_every_fixture_row_is_accounted_for(tmp_path: Path) -> None:
 
 
 def test_parquet_input_with_list_and_timestamp_columns(tmp_path: Path) -> None:
-    pa = pytest.importorskip("pyarrow")
-    pq = pytest.importorskip("pyarrow.parquet")
     from datetime import datetime
+
+    try:  # the `datasets` extra (in `dev`) brings pyarrow
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        missing("pyarrow", f"it does not import ({exc})")
 
     rows = [json.loads(line) for line in (FIXTURES / "swebench_4x.jsonl").read_text().splitlines()]
     table = pa.table({
