@@ -22,7 +22,7 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from trainer_client.config import RunConfig, load_config, load_tokenizer, model_path
-from trainer_client.env_client import TOKEN_ENV, EnvAuthError, NoLiveReplicaError, resolve_token, split_token
+from env_client import TOKEN_ENV, EnvAuthError, NoLiveReplicaError, resolve_token, split_token
 
 __all__ = ["build_parser", "main", "train"]
 

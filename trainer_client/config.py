@@ -23,7 +23,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from trainer_client.env_client import ClientConfig
+from env_client import ClientConfig
 
 __all__ = ["RunConfig", "apply_overrides", "build_grpo_config", "build_loss_config", "build_peft_config",
            "load_config"]

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import threading
 from typing import Any, ClassVar
 
 from env_server.protocol import format_tool_output, tool_docstring
-from trainer_client.env_client import ClientConfig, EnvClientError, RemoteSession, ReplicaPool
+from env_client import ClientConfig, EnvClient, EnvClientError, RemoteSession
 
 __all__ = ["EnvRuntime", "SweEnvironment", "make_environment_class"]
 
@@ -34,33 +33,9 @@ def _described(method):
     return method
 
 
-class EnvRuntime:
-    """One background event loop + one replica pool, shared by every environment instance."""
-
-    def __init__(self, urls: list[str] | tuple[str, ...], config: ClientConfig = ClientConfig(), offset: int = 0):
-        self.urls = tuple(urls)
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="env-client-loop", daemon=True)
-        self._thread.start()
-        self.pool = ReplicaPool(self.urls, config, offset=offset)
-
-    def run(self, coro, timeout_s: float | None = None) -> Any:
-        """Run a coroutine on the runtime's loop and block the calling thread for its result."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
-
-    def submit(self, coro) -> Any:
-        """Schedule a coroutine without waiting (returns a concurrent.futures.Future)."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
-    def close(self) -> None:
-        if self.loop.is_closed():
-            return
-        try:
-            self.run(self.pool.close(), timeout_s=10)
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(5)
-            self.loop.close()
+class EnvRuntime(EnvClient):
+    """One background event loop + one replica pool, shared by every environment instance
+    (the client library's blocking `EnvClient`; the environments use its `run` / `submit`)."""
 
 
 class SweEnvironment:

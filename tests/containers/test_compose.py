@@ -127,7 +127,7 @@ def test_openenv_validate_passes_against_a_replica(deployment):
 
 async def _episodes(urls: list[str], task: dict) -> list[dict]:
     """Two sessions over a ReplicaPool of both replicas: one applies the gold patch, one does not."""
-    from trainer_client.env_client import ReplicaPool
+    from env_client import ReplicaPool
 
     pool = ReplicaPool(urls)
     try:
@@ -184,7 +184,7 @@ def _secret_line(patch: str, repo: Path, base_commit: str) -> str:
 
 
 async def _probe(url: str, task: dict, probes: dict[str, str]) -> dict[str, dict]:
-    from trainer_client.env_client import ReplicaPool
+    from env_client import ReplicaPool
 
     pool = ReplicaPool([url])
     try:

@@ -29,7 +29,8 @@ import uvicorn  # noqa: E402
 
 from env_server import app as app_mod  # noqa: E402
 from env_server.config import ServerConfig  # noqa: E402
-from trainer_client import env_client, losses  # noqa: E402
+import env_client  # noqa: E402
+from trainer_client import losses  # noqa: E402
 
 from .fake_teacher import FakeTeacherServer, Reply  # noqa: E402
 from trainer_client.replay.cli import add_subcommands  # noqa: E402

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from trainer_client.env_client import ClientConfig, EnvAuthError, ReplicaPool, mux_url
+from env_client import ClientConfig, EnvAuthError, ReplicaPool, mux_url
 
 from .conftest import _start_env_server, _stop_process
 

@@ -19,7 +19,7 @@ import pytest
 
 import trainer_client
 from trainer_client.config import build_grpo_config, load_config
-from trainer_client.env_client import ClientConfig, EnvCapacityError, mux_url
+from env_client import ClientConfig, EnvCapacityError, mux_url
 from trainer_client.environment import make_environment_class
 
 from losses.pairs_data import write_pairs
@@ -67,7 +67,7 @@ def test_full_replica_makes_rollouts_wait_then_succeed(server_factory, small_pac
 
     try:
         assert env_cls.runtime.run(pool.capacity()) == {mux_url(url): 1}
-        caplog.set_level(logging.WARNING, logger="trainer_client.env_client")
+        caplog.set_level(logging.WARNING, logger="env_client")
         threads = [threading.Thread(target=rollout, args=(k,)) for k in range(3)]
         for t in threads:
             t.start()
@@ -133,7 +133,7 @@ def test_one_step_train_with_lora_channels_tensorboard_and_capacity_wait(server_
                 threading.Timer(1.0, blocker._release).start()  # free the slot a second later
 
     handler = ReleaseOnWait()
-    logging.getLogger("trainer_client.env_client").addHandler(handler)
+    logging.getLogger("env_client").addHandler(handler)
     out = tmp_path / "run"
     pairs = write_pairs(tmp_path / "pairs.jsonl", 2)
     cfg = load_config(SMOKE, [
@@ -146,7 +146,7 @@ def test_one_step_train_with_lora_channels_tensorboard_and_capacity_wait(server_
     try:
         trainer = train(cfg)
     finally:
-        logging.getLogger("trainer_client.env_client").removeHandler(handler)
+        logging.getLogger("env_client").removeHandler(handler)
         blocker_cls.runtime.close()
     printed = capsys.readouterr().out
     assert "env capacity: 1 replica(s) advertise 2 sessions" in printed and "concurrent rollouts: 2" in printed

@@ -75,7 +75,7 @@ def test_cli_train_smoke_against_real_server(server, tasks_file, tmp_path, capsy
 
 
 def test_two_replicas_one_killed_mid_run(tasks_file, tmp_path):
-    from trainer_client.env_client import ClientConfig
+    from env_client import ClientConfig
     from trainer_client.environment import make_environment_class
 
     proc_a, url_a = _start_env_server(tasks_file, tmp_path / "a")

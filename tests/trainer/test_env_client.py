@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from trainer_client.env_client import (
+from env_client import (
     ClientConfig,
     EnvAuthError,
     EnvCapacityError,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainer_client.env_client import ClientConfig
+from env_client import ClientConfig
 from trainer_client.environment import make_environment_class
 from trainer_client.trainer import SUSPICION_REASONS
 

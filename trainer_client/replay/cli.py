@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 from tqdm import tqdm
 
-from trainer_client.env_client import EnvAuthError, resolve_token, split_token
+from env_client import EnvAuthError, resolve_token, split_token
 
 from .agreement import AgreementRule
 from .config import ReplayConfigError, load_teachers

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from trainer_client.env_client import EnvAuthError, auth_headers
+from env_client import EnvAuthError, auth_headers
 
 from .models import StateRecord
 
