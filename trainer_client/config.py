@@ -95,6 +95,24 @@ class HardwareSection(_Section):
     runtime_reserve_gb: float = Field(3.0, ge=0)
 
 
+class LiveReplaySection(_Section):
+    """Channel 3 fed during the run (trainer_client/replay/live.py): finished episodes are queued,
+    their gated states sent to the teachers in the background, and the pairs join the loss's buffer."""
+
+    enabled: bool = Field(False, description="run the replay loop during `train` (needs loss.beta > 0)")
+    teachers: str | None = Field(None, description="teachers YAML (OpenAI-compatible endpoints); None with "
+                                 "`local_models` set: the run serves those itself")
+    local_models: list[str] = Field(default_factory=list, description="checkpoints served as local teachers "
+                                    "(`transformers serve`, one process each) when `teachers` is None")
+    verify: Literal["agreement", "fork"] = Field("agreement", description="agreement: a pair when enough "
+                                                 "teachers agree; fork: each teacher action is executed in a fork "
+                                                 "of the episode at step t and graded by the hidden tests")
+    min_agreeing: int = Field(1, ge=1, description="agreement mode: teachers that must propose the same action")
+    max_total_usd: float = Field(float("inf"), ge=0, description="teacher spend ceiling over the whole run")
+    max_pending_episodes: int = Field(64, gt=0, description="episodes queued for replay; older ones are dropped")
+    states_per_episode: int = Field(4, gt=0, description="gated states replayed per episode (error sites first)")
+
+
 class RunConfig(_Section):
     model: ModelSection = Field(default_factory=ModelSection)
     env: EnvSection = Field(default_factory=EnvSection)
@@ -104,6 +122,7 @@ class RunConfig(_Section):
     peft: PeftSection | None = None
     hardware: HardwareSection = Field(default_factory=HardwareSection)
     output: OutputSection = Field(default_factory=OutputSection)
+    replay: LiveReplaySection = Field(default_factory=LiveReplaySection)
 
     def task_rows(self) -> list[dict[str, Any]]:
         """The records of the task file (data.tasks: JSON list or JSONL)."""

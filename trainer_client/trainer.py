@@ -94,6 +94,7 @@ class ConcurrentToolsMixin:
                     counts[f"env/errors/{rec['error_kind']}"] += 1
             flags = set(getattr(env, "suspicious", ()))
             counts["env/infra_failures"] += bool(getattr(env, "infra_error", None))
+            counts["env/passed"] += getattr(env, "reward", None) == 1.0  # resolved: every hidden test passes
             counts["env/reward_hacking"] += bool(getattr(env, "reward_hacking", False))
             counts["env/suspicious_submissions"] += bool(flags)
             for reason in SUSPICION_REASONS:  # the closed set, zeros included: a steady series per reason
@@ -115,6 +116,7 @@ class ConcurrentToolsMixin:
         metrics["env/turns_per_rollout"].append(total.pop("turns", 0) / n)
         metrics["env/error_sites_per_rollout"].append(total.pop("sites", 0) / n)
         metrics["env/tool_phase_s"].append(max(seconds for _, seconds in per_rank))
+        metrics["env/pass_rate"].append(total.pop("env/passed", 0) / n)
         for key in ("env/infra_failures", "env/reward_hacking", "env/suspicious_submissions",
                     *(f"env/suspicious/{r}" for r in SUSPICION_REASONS)):
             metrics[key].append(float(total.pop(key, 0)))
