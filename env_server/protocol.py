@@ -428,6 +428,16 @@ class PairProvenance(BaseModel):
     teachers: list[str] = Field(description="every teacher queried for this state, in config order")
     agreeing: list[str] = Field(default_factory=list, description="teachers whose action equals `chosen`")
     costs: dict[str, float] = Field(default_factory=dict, description="USD spent per teacher on this state")
+    verification: Literal["agreement", "fork"] = Field("agreement", description=(
+        "agreement: `chosen` is what enough teachers proposed; fork: every proposed action and the student's "
+        "were executed in forks of the episode at step t and graded by the hidden tests, and `chosen` scored "
+        "higher than `rejected`"))
+    rewards: dict[str, float] = Field(default_factory=dict, description=(
+        "fork mode: hidden-test reward of each executed action, by teacher name and 'student'"))
+    forks: dict[str, str] = Field(default_factory=dict, description="fork mode: the fork's episode id per action")
+    source: Literal["offline", "live"] = Field("offline", description=(
+        "offline: `trainer-client replay`; live: the replay loop of a training run"))
+    train_step: int | None = Field(None, ge=0, description="live: the optimizer step whose rollout this replays")
 
 
 class PairRecord(BaseModel):

@@ -17,6 +17,7 @@ import argparse
 import importlib
 import os
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 from pydantic import SecretStr
@@ -101,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_train(sub)
     _add_warmstart(sub)
+    from trainer_client.ablate import add_subcommand as _add_ablate
+
+    _add_ablate(sub)
     try:  # issue 7's replay subcommand, when that module exists
         replay_cli = importlib.import_module("trainer_client.replay.cli")
     except ImportError:
@@ -211,21 +215,31 @@ def train(cfg: RunConfig, resume: bool = False):
     grpo = build_grpo_config(cfg)
     if grpo.use_cpu:
         allow_cpu_fsdp()  # an FSDP accelerate config on CPU ranks shards instead of falling back to DDP
+    loss_config = build_loss_config(cfg)
+    if cfg.replay.enabled and loss_config.beta <= 0:
+        raise SystemExit("trainer-client: replay.enabled needs loss.beta > 0 (channel 3 is what the pairs feed)")
     rows = [{"prompt": [{"role": "user", "content": cfg.data.prompt}], "instance_id": iid}
             for iid in cfg.instance_ids()] * cfg.data.repeat
     env_cls = make_environment_class(cfg.env.urls, cfg.env.client, reset_keys=cfg.env.reset_keys,
                                      auto_submit=cfg.env.auto_submit, max_output_chars=cfg.env.max_output_chars,
                                      offset=grpo.process_index)  # ranks start their sessions on different replicas
     jsonl = Path(cfg.output.metrics_jsonl or Path(grpo.output_dir) / "metrics.jsonl")
+    stack = ExitStack()
     try:
+        live = None
+        if cfg.replay.enabled and grpo.process_index == 0:  # one loop per run; every rank gets its pairs
+            from trainer_client.replay.live import open_live_replay
+
+            live = stack.enter_context(open_live_replay(cfg, Path(grpo.output_dir)))
         env_cls.runtime.run(env_cls.runtime.pool.connect())  # a refused token fails here, before the model loads
         if grpo.process_index == 0:
             capacity = env_cls.runtime.run(env_cls.runtime.pool.capacity())
             print(capacity_report(capacity, grpo, cfg.env.client.capacity_wait_s), flush=True)
         trainer = SweGRPOTrainer(
             model=model_path(cfg), processing_class=load_tokenizer(cfg), args=grpo,
-            train_dataset=Dataset.from_list(rows), environment_factory=env_cls, loss_config=build_loss_config(cfg),
+            train_dataset=Dataset.from_list(rows), environment_factory=env_cls, loss_config=loss_config,
             callbacks=[MetricsCallback(jsonl)], peft_config=build_peft_config(cfg),
+            live_replay=live, live_pairs=cfg.replay.enabled,
         )
         quiet_progress(trainer)  # one short line per step (MetricsCallback), not the raw log dicts too
         trainer.train(resume_from_checkpoint=True if resume else None)
@@ -233,6 +247,7 @@ def train(cfg: RunConfig, resume: bool = False):
         if cfg.output.rank_report:
             write_rank_report(trainer, env_cls.runtime.pool, Path(grpo.output_dir) / "ranks")
     finally:
+        stack.close()
         env_cls.runtime.close()
     if cfg.output.plot and grpo.process_index == 0:
         png = plot_metrics(jsonl, Path(grpo.output_dir) / "metrics.png")

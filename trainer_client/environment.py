@@ -113,6 +113,7 @@ class SweEnvironment:
         self.reward_hacking, self.suspicious = False, ()
         self.instance_id = (obs.get("metadata") or {}).get("instance_id", kwargs.get("instance_id"))
         self.episode_id = (obs.get("metadata") or {}).get("episode_id")
+        self.replica_url = session.connection.url  # where the episode's trace lives (replay reads it there)
         return str(obs.get("issue") or obs.get("output") or "")
 
     async def _discard(self, future) -> None:

@@ -66,7 +66,22 @@ class ConcurrentToolsMixin:
         sites = self._last_error_sites or [[] for _ in range(len(output["completion_ids"]))]
         output["error_sites"] = sites
         self._log_env_metrics(sites)
+        if getattr(self, "live_pairs", False):
+            self._queue_for_replay()
         return output
+
+    def _queue_for_replay(self) -> None:
+        """Hand this batch's finished episodes (every rank's) to the main process's replay loop; it
+        reads their traces and asks the teachers in the background (a collective)."""
+        from trainer_client.replay.live import FinishedEpisode
+
+        mine = [FinishedEpisode(env.episode_id, env.replica_url, self.state.global_step)
+                for env in getattr(self, "environments", None) or []
+                if getattr(env, "episode_id", None) and env.done and not env.infra_error]
+        everyone = [e for rank in gather_objects(self, mine) for e in rank]
+        loop = getattr(self, "live_replay", None)
+        if loop is not None:
+            loop.submit(everyone)
 
     def _prefetch_resets(self, inputs: list[dict[str, Any]]) -> None:
         """Start every rollout's remote reset at once (TRL's `reset` loop is serial); TRL then hands
@@ -339,13 +354,28 @@ class SweGRPOTrainer(ThreeChannelLossMixin, CompactCpuScoringMixin, ConcurrentTo
     `loss_config` (a trainer_client.losses LossConfig) configures channels 2/3.
     """
 
-    def __init__(self, *args: Any, loss_config: Any = None, **kwargs: Any):
+    def __init__(self, *args: Any, loss_config: Any = None, live_replay: Any = None, live_pairs: bool = False,
+                 **kwargs: Any):
+        """`live_replay`: the main process's LiveReplay (None on the others); `live_pairs`: True on
+        every rank when the run feeds channel 3 from it."""
         self.loss_config = loss_config
+        self.live_replay, self.live_pairs = live_replay, live_pairs or live_replay is not None
         super().__init__(*args, **kwargs)
+        model = args[0] if args else kwargs.get("model")
+        if isinstance(model, str):  # DPO's reference for pairs that arrive mid-run: the initial weights
+            self.reference_loader = lambda: load_initial_policy(model, self.model)
 
     def __del__(self) -> None:
         if self._tool_executor is not None:
             self._tool_executor.shutdown(wait=False)
+
+
+def load_initial_policy(path: str, like: Any) -> Any:
+    """The policy's starting weights from `path`, frozen, on `like`'s device and dtype (DPO's reference)."""
+    from transformers import AutoModelForCausalLM
+
+    reference = AutoModelForCausalLM.from_pretrained(path, dtype=like.dtype)
+    return reference.to(next(like.parameters()).device).eval().requires_grad_(False)
 
 
 def trl_tool_loop_source() -> str:

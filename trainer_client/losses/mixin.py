@@ -16,6 +16,8 @@ The hook only reads, so channel 1 is unchanged.
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -26,7 +28,7 @@ from .compose import ChannelOutputs, compute_channels, has_error_sites
 from .config import LossConfig
 from .hints import HintSource, load_hint_source
 from .model_io import capture_final_hidden, is_peft_model
-from .pairs import EncodedPair, PairSampler, encode_pair, load_pairs
+from .pairs import EncodedPair, PairSampler, PreferencePair, encode_pair, load_pairs
 from .replay import ReferenceLogps
 from .taid import TAIDScheduler
 from .teacher_context import HintRenderer
@@ -37,6 +39,8 @@ log = logging.getLogger(__name__)
 
 #: channel metrics that are counts: summed over the ranks (the others are averaged)
 CHANNEL_COUNTS = ("channels/error_sites", "channels/sdpo_tokens", "channels/pairs")
+#: the loss state in every checkpoint folder
+CHANNELS_FILE = "channels.pt"
 
 
 def _tokenizer_of(processing_class: Any) -> Any:
@@ -58,25 +62,79 @@ def _rollout_hidden(captured: list[torch.Tensor], inputs: dict[str, Any]) -> tor
 
 
 class ChannelState:
-    """What channels 2/3 keep across steps: hints, encoded pairs, sampler, reference, TAID t."""
+    """What channels 2/3 keep across steps: hints, the pair buffer, its sampler, the DPO reference, TAID t.
 
-    def __init__(self, config: LossConfig, tokenizer: Any, hint_source: HintSource | None = None):
+    The pair buffer starts with `pairs_path` (if any) and grows with `add_pairs` (the live replay
+    loop). DPO's reference is the initial policy: pairs present at the start are scored by the
+    model before its first step (`prepare_reference`); pairs added later by
+    `reference_model` (PEFT: the policy with adapters disabled; otherwise a frozen copy of the
+    initial weights the trainer loads once, `reference_loader`). `state_dict` / `load_state_dict`
+    carry all of it across a checkpoint, so a resumed run continues with the same loss state.
+    """
+
+    def __init__(self, config: LossConfig, tokenizer: Any, hint_source: HintSource | None = None,
+                 reference_loader: Callable[[], Any] | None = None):
         self.config = config
         self.tokenizer = tokenizer
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.hint_source = hint_source or load_hint_source(config.hints_path)
         self.renderer = HintRenderer(tokenizer)
+        self.records: list[dict] = []  # the buffer's pair records (PairRecord dumps), in index order
         self.pairs: list[EncodedPair] = []
-        if config.pairs_path and config.beta > 0:
-            raw = load_pairs(config.pairs_path)
-            self.pairs = [encode_pair(tokenizer, p, i, config.max_pair_length) for i, p in enumerate(raw)]
-        self.sampler = PairSampler(len(self.pairs), config.pairs_per_step, config.pair_seed) if self.pairs else None
+        self.sampler: PairSampler | None = None
         self.reference = ReferenceLogps()
+        self.reference_loader = reference_loader
+        self._reference_model: Any = None
+        self.pairs_refused = 0
+        if config.pairs_path and config.beta > 0:
+            self._append([_pair_dict(p) for p in load_pairs(config.pairs_path)])
         self.taid = (
             TAIDScheduler(config.taid_total_steps, config.taid_t, config.taid_t_end, config.taid_alpha, config.taid_momentum)
             if config.divergence == "taid" and config.taid_adaptive
             else None
         )
+
+    def _append(self, records: list[dict]) -> list[EncodedPair]:
+        """Encode and add pair records; a pair that cannot be rendered is counted and left out."""
+        added = []
+        for record in records:
+            try:
+                pair = PreferencePair.from_dict(record)
+                encoded = encode_pair(self.tokenizer, pair, len(self.pairs), self.config.max_pair_length)
+            except (KeyError, ValueError, TypeError) as exc:
+                self.pairs_refused += 1
+                log.warning("pair %s left out of the buffer: %s", record.get("state_id"), exc)
+                continue
+            self.records.append(dict(record))
+            self.pairs.append(encoded)
+            added.append(encoded)
+        if self.pairs:
+            if self.sampler is None:
+                self.sampler = PairSampler(len(self.pairs), self.config.pairs_per_step, self.config.pair_seed)
+            else:
+                self.sampler.grow(len(self.pairs))
+        return added
+
+    def add_pairs(self, records: list[dict], model: Any) -> int:
+        """Add pairs delivered during training; DPO references come from the initial policy. Returns
+        how many joined the buffer."""
+        added = self._append(records)
+        if added and self.config.pref_loss == "dpo":
+            self.reference.compute(self.reference_model(model), added, pad_token_id=self.pad_token_id)
+        return len(added)
+
+    def reference_model(self, model: Any) -> Any:
+        """The model that scores DPO references: under PEFT the policy itself (ReferenceLogps.compute
+        disables the adapters); otherwise the initial weights, loaded once."""
+        if is_peft_model(model):
+            return model
+        if self._reference_model is None:
+            if self.reference_loader is None:
+                raise ValueError("DPO on pairs added during training needs the initial policy: give "
+                                 "ChannelState a reference_loader, use PEFT, or pref_loss='simpo'")
+            self._reference_model = self.reference_loader()
+            self._reference_model.eval().requires_grad_(False)
+        return self._reference_model
 
     def prepare_reference(self, model: Any) -> None:
         """DPO without PEFT: score every pair under the current (initial) policy, once."""
@@ -90,26 +148,77 @@ class ChannelState:
     def taid_t(self) -> float | None:
         return self.taid.t if self.taid else None
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"records": list(self.records), "reference": self.reference.state_dict(),
+                "sampler": self.sampler.state_dict() if self.sampler else None,
+                "taid": self.taid.state_dict() if self.taid else None, "pairs_refused": self.pairs_refused}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a checkpoint's loss state exactly: the same buffer (re-encoded: the same tokens),
+        the same reference values, the sampler where it stood, TAID's t."""
+        self.records, self.pairs, self.sampler = [], [], None
+        self._append(state["records"])
+        if len(self.pairs) != len(state["records"]):
+            raise ValueError("checkpoint pair buffer does not re-encode with this tokenizer/config")
+        self.reference.load_state_dict(state["reference"])
+        if self.sampler is not None and state.get("sampler"):
+            self.sampler.load_state_dict(state["sampler"])
+        if self.taid is not None and state.get("taid"):
+            self.taid.load_state_dict(state["taid"])
+        self.pairs_refused = int(state.get("pairs_refused", 0))
+
+
+def _pair_dict(pair: PreferencePair) -> dict:
+    return {"state_id": pair.state_id, "messages": pair.messages, "tools": pair.tools,
+            "chosen": {"tool_name": pair.chosen.tool_name, "arguments": pair.chosen.arguments},
+            "rejected": {"tool_name": pair.rejected.tool_name, "arguments": pair.rejected.arguments},
+            "n_teachers_agreeing": pair.n_teachers_agreeing, "provenance": pair.provenance}
+
 
 class ThreeChannelLossMixin:
-    """Mix in before GRPOTrainer; reads `self.loss_config` (default: LossConfig())."""
+    """Mix in before GRPOTrainer; reads `self.loss_config` (default: LossConfig()).
+
+    `self.live_replay` (a trainer_client.replay.live.LiveReplay on the main process, None elsewhere)
+    feeds channel 3 during the run when `self.live_pairs` is set on every rank: before each loss the
+    main process drains it and every rank adds the same new pairs. `channels.pt` in each checkpoint
+    holds the loss state (and the loop's), restored by `train(resume_from_checkpoint=...)`.
+    """
 
     _channel_state: ChannelState | None = None
     hint_source: HintSource | None = None  # set to plug in another hint source
+    live_replay: Any = None
+    live_pairs: bool = False
+    reference_loader: Callable[[], Any] | None = None
+    _resumed_channels: dict | None = None
 
     def _get_channel_state(self, model: Any) -> ChannelState:
         if self._channel_state is None:
             config = getattr(self, "loss_config", None) or LossConfig()
-            if self.state.global_step > 0:
-                log.warning("three-channel state built after step 0: DPO references are not the initial policy")
-            self._channel_state = ChannelState(config, _tokenizer_of(self.processing_class), self.hint_source)
-            self._channel_state.prepare_reference(model)
+            state = ChannelState(config, _tokenizer_of(self.processing_class), self.hint_source,
+                                 reference_loader=self.reference_loader)
+            if self._resumed_channels is not None:
+                state.load_state_dict(self._resumed_channels["loss"])
+            else:
+                if self.state.global_step > 0:
+                    log.warning("three-channel state built after step 0 without a checkpoint's channels.pt: "
+                                "DPO references are not the initial policy")
+                state.prepare_reference(model)
+            self._channel_state = state
         return self._channel_state
+
+    def _take_live_pairs(self, state: ChannelState, model: Any) -> None:
+        """The main process drains the loop; every rank adds the same pairs (a collective)."""
+        mine = self.live_replay.drain() if self.live_replay is not None else []
+        records = gather_objects(self, [p.model_dump(mode="json") for p in mine])[0]
+        if records:
+            state.add_pairs(records, model)
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
         state = self._get_channel_state(model)
         cfg = state.config
         step = self.state.global_step
+        if self.live_pairs and cfg.beta_at(step) > 0:
+            self._take_live_pairs(state, model)
         reuse = cfg.reuse_grpo_hidden and cfg.alpha_at(step) > 0 and has_error_sites(inputs)
         with capture_final_hidden(model, enabled=reuse) as captured:
             loss = super()._compute_loss(model, inputs)  # type: ignore[misc]
@@ -134,7 +243,44 @@ class ThreeChannelLossMixin:
         if state.taid is not None and out.n_sdpo_tokens and mode == "train":
             state.taid.update(float(out.sdpo.detach()), step)
             out.extra["channels/taid_t"] = state.taid.t
+        if self.live_pairs:
+            out.extra["channels/pair_buffer"] = float(len(state.pairs))
         per_rank = gather_objects(self, out.metrics())  # every rank computes the loss of its own micro-batch
         for name, value in merge_metrics(per_rank, sums=CHANNEL_COUNTS).items():
             self._metrics[mode][name].append(value)
+        if self.live_replay is not None and mode == "train":
+            for name, value in self.live_replay.metrics().items():
+                self._metrics[mode][name].append(value)
         return out.total
+
+    # ---------------------------------------------------------------- checkpoints
+    def channels_state_dict(self) -> dict[str, Any]:
+        return {"loss": self._channel_state.state_dict() if self._channel_state is not None else None,
+                "replay": self.live_replay.state_dict() if self.live_replay is not None else None}
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        super()._save_checkpoint(model, trial)  # type: ignore[misc]
+        if self.args.process_index == 0 and self._channel_state is not None:
+            folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+            torch.save(self.channels_state_dict(), os.path.join(folder, CHANNELS_FILE))
+
+    def train(self, resume_from_checkpoint: Any = None, *args: Any, **kwargs: Any) -> Any:
+        """TRL's train; resuming also restores channels.pt (the pair buffer, the DPO reference values,
+        the sampler, TAID's t, the replay loop's spend and queue)."""
+        if resume_from_checkpoint is not None and resume_from_checkpoint is not False:
+            if resume_from_checkpoint is True:
+                from transformers.trainer_utils import get_last_checkpoint
+
+                resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
+                if resume_from_checkpoint is None:
+                    raise ValueError(f"No valid checkpoint found in output directory ({self.args.output_dir})")
+            path = os.path.join(resume_from_checkpoint, CHANNELS_FILE)
+            if os.path.exists(path):
+                saved = torch.load(path, map_location="cpu", weights_only=False)
+                if saved.get("loss") is not None:
+                    self._resumed_channels = saved
+                if saved.get("replay") is not None and self.live_replay is not None:
+                    self.live_replay.load_state_dict(saved["replay"])
+            else:
+                log.warning("%s has no %s: the loss state starts afresh", resume_from_checkpoint, CHANNELS_FILE)
+        return super().train(resume_from_checkpoint, *args, **kwargs)  # type: ignore[misc]

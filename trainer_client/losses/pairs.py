@@ -137,6 +137,20 @@ class PairSampler:
         self._rng = random.Random(seed)
         self._order: list[int] = []
 
+    def grow(self, n: int) -> None:
+        """Admit pairs `self.n .. n-1` (a live replay loop delivered them): each joins the current
+        epoch's remaining order at a random place, so new pairs are drawn within this epoch."""
+        for idx in range(self.n, n):
+            self._order.insert(self._rng.randrange(len(self._order) + 1), idx)
+        self.n = max(self.n, n)
+
+    def state_dict(self) -> dict:
+        return {"n": self.n, "k": self.k, "order": list(self._order), "rng": self._rng.getstate()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.n, self.k, self._order = int(state["n"]), int(state["k"]), list(state["order"])
+        self._rng.setstate(state["rng"])
+
     def next(self) -> list[int]:
         out: list[int] = []
         while len(out) < min(self.k, self.n):

@@ -50,6 +50,12 @@ class ReferenceLogps:
         finally:
             model.train(was_training)
 
+    def state_dict(self) -> dict[int, tuple[float, float]]:
+        return dict(self._values)
+
+    def load_state_dict(self, values: dict[int, tuple[float, float]]) -> None:
+        self._values = {int(k): (float(v[0]), float(v[1])) for k, v in values.items()}
+
     def get(self, pairs: Sequence[EncodedPair], device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
         missing = [p.index for p in pairs if p.index not in self._values]
         if missing:

@@ -30,6 +30,12 @@ class TAIDScheduler:
         self._m = 0.0
         self._prev: float | None = None
 
+    def state_dict(self) -> dict:
+        return {"t": self.t, "m": self._m, "prev": self._prev}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.t, self._m, self._prev = float(state["t"]), float(state["m"]), state["prev"]
+
     def update(self, loss: float, step: int) -> float:
         progress = min(1.0, step / self.total_steps)
         target = self.t_start + (self.t_end - self.t_start) * progress

@@ -35,7 +35,10 @@ class Verdict:
     chosen: ToolAction | None
     agreeing: tuple[str, ...]
     reason: str
-    """pair, no_student_action, no_answers, no_consensus, tie, agrees_with_student, student_supported."""
+    """pair, no_student_action, no_answers, no_consensus, tie, agrees_with_student, student_supported;
+    fork verification (verify.py): not_better, fork_failed."""
+    evidence: dict | None = None
+    """Fork verification: {"rewards": {actor: reward}, "forks": {actor: fork episode id}}."""
 
 
 def decide(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -16,7 +16,7 @@ from .canonical import CanonicalizerConfig
 from .client import TeacherClient
 from .config import TeachersFile
 from .gating import GatingConfig, select
-from .models import CallRecord, PairProvenance, PreferencePair, StateRecord
+from .models import CallRecord, PairProvenance, PreferencePair, StateRecord, ToolAction
 from .normalize import NormalizeConfig, normalize_pairs
 from .summary import ReplaySummary, summarize
 
@@ -56,6 +56,10 @@ class ReplayResult:
         return [c for s in self.steps for c in s.calls]
 
 
+#: decides a state from the teachers' answers instead of the agreement rule (fork verification: verify.py)
+Verifier = Callable[[StateRecord, dict[str, ToolAction]], Awaitable[Verdict]]
+
+
 def make_pair(step: StepResult, teacher_names: list[str]) -> PreferencePair | None:
     v, s = step.verdict, step.state
     if v is None or v.chosen is None or s.next_action is None:
@@ -69,6 +73,7 @@ def make_pair(step: StepResult, teacher_names: list[str]) -> PreferencePair | No
         provenance=PairProvenance(
             episode_id=s.episode_id, t=s.t, instance_id=s.instance_id,
             teachers=teacher_names, agreeing=list(v.agreeing), costs=costs,
+            **({"verification": "fork", **v.evidence} if v.evidence is not None else {}),
         ),
     )
 
@@ -79,8 +84,12 @@ async def replay(
     options: ReplayOptions | None = None,
     *,
     on_step: Callable[[StepResult, Budget], None] | None = None,
+    verify: Verifier | None = None,
 ) -> ReplayResult:
-    """Replay `states` to every teacher and mine pairs; per-call failures are recorded, not raised."""
+    """Replay `states` to every teacher and mine pairs; per-call failures are recorded, not raised.
+
+    `verify` replaces the agreement rule: it gets each queried state and the teachers' answers and
+    returns the verdict (ForkVerifier executes them in forks and grades them)."""
     opts = options or ReplayOptions()
     budget = Budget(max_total_usd=opts.max_total_usd)
     for t in teachers.teachers:  # fail fast on a missing key, before any client opens
@@ -96,7 +105,10 @@ async def replay(
             async with gate:
                 step.calls = list(await asyncio.gather(*(c.ask(state) for c in clients)))
             answers = {c.teacher: c.action for c in step.calls if c.ok and c.action is not None}
-            step.verdict = decide(state.next_action, answers, opts.rule, opts.canon)
+            if verify is not None and answers and state.next_action is not None:
+                step.verdict = await verify(state, answers)
+            else:
+                step.verdict = decide(state.next_action, answers, opts.rule, opts.canon)
         if on_step is not None:
             on_step(step, budget)
         return step
