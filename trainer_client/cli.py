@@ -87,13 +87,19 @@ def _add_warmstart(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, default=150, metavar="N", help="SFT steps (full batch; default 150)")
     p.add_argument("--lr", type=float, default=1e-2, metavar="X", help="AdamW learning rate (default 1e-2)")
     p.add_argument("--no-lazy", action="store_true", help="gold demonstrations only (no lazy submit)")
+    p.add_argument("--stumble", action="store_true",
+                   help="also a gold demonstration that starts with a failing view (error sites in the rollouts)")
+    p.add_argument("--stages", type=lambda v: tuple(int(x) for x in v.split(",") if x), default=(), metavar="N,M",
+                   help="SFT steps at which a snapshot is also saved, in OUT/stage-N (e.g. local teachers of "
+                   "different training stages)")
     p.set_defaults(func=_run_warmstart, output_dir=None, max_steps=None)
 
 
 def _run_warmstart(args: argparse.Namespace) -> int:
     from trainer_client.warmstart import warmstart
 
-    warmstart(config_from_args(args), args.out, steps=args.steps, lr=args.lr, lazy=not args.no_lazy)
+    warmstart(config_from_args(args), args.out, steps=args.steps, lr=args.lr, lazy=not args.no_lazy,
+              stumble=args.stumble, stages=args.stages)
     return 0
 
 

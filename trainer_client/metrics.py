@@ -13,8 +13,31 @@ from transformers import TrainerCallback
 __all__ = ["MetricsCallback", "plot_metrics", "quiet_progress"]
 
 #: what the stdout line shows first (when present), then loss channels and error kinds
-HEADLINE = ("reward", "reward_std", "env/reward_hacking", "env/suspicious_submissions", "loss",
+HEADLINE = ("reward", "reward_std", "env/pass_rate", "env/reward_hacking", "env/suspicious_submissions", "loss",
             "tools/call_frequency", "tools/failure_frequency", "env/error_sites_per_rollout", "env/infra_failures")
+
+
+def _g(record: dict[str, Any], key: str) -> str:
+    return f"{record[key]:.4g}" if key in record else "-"
+
+
+def channel_lines(record: dict[str, Any]) -> list[str]:
+    """Each loss channel with its inputs, one line (and the replay loop's state, when it runs)."""
+    if "channels/total" not in record:
+        return []
+    lines = [f"  channels: grpo={_g(record, 'channels/grpo')}"
+             f" | hints (alpha={_g(record, 'channels/alpha')}): loss={_g(record, 'channels/sdpo')}"
+             f" error_sites={_g(record, 'channels/error_sites')} hint_tokens={_g(record, 'channels/sdpo_tokens')}"
+             f" | replay (beta={_g(record, 'channels/beta')}): loss={_g(record, 'channels/replay')}"
+             f" pairs={_g(record, 'channels/pairs')}"
+             + (f" buffer={_g(record, 'channels/pair_buffer')}" if "channels/pair_buffer" in record else "")
+             + f" | total={_g(record, 'channels/total')}"]
+    if "replay/spent_usd" in record:
+        lines.append(f"  replay loop: episodes={_g(record, 'replay/episodes_replayed')}"
+                     f" states={_g(record, 'replay/states_queried')} teacher_calls={_g(record, 'replay/teacher_calls')}"
+                     f" pairs_mined={_g(record, 'replay/pairs_mined')} pending={_g(record, 'replay/pending_episodes')}"
+                     f" spent=${record['replay/spent_usd']:.4f}")
+    return lines
 
 
 class MetricsCallback(TrainerCallback):
@@ -33,10 +56,12 @@ class MetricsCallback(TrainerCallback):
             f.write(json.dumps(record) + "\n")
         if self.echo:
             keys = [k for k in HEADLINE if k in record]
-            keys += sorted(k for k in record if k.startswith(("channels/", "env/errors/")))
-            if not keys:  # e.g. the end-of-training summary: nothing a step line shows
+            keys += sorted(k for k in record if k.startswith("env/errors/"))
+            lines = channel_lines(record)
+            if not keys and not lines:  # e.g. the end-of-training summary: nothing a step line shows
                 return
-            print(f"[step {state.global_step}] " + " ".join(f"{k}={record[k]:.4g}" for k in keys), flush=True)
+            head = f"[step {state.global_step}] " + " ".join(f"{k}={record[k]:.4g}" for k in keys)
+            print("\n".join([head, *lines]), flush=True)
 
 
 def quiet_progress(trainer: Any) -> None:

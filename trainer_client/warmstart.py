@@ -187,12 +187,23 @@ def target_logprobs(model: Any, ids: list[int], mask: list[int]):
     return torch.log_softmax(logits, -1).gather(-1, targets[keep][:, None])[:, 0]
 
 
+def _save(model: Any, base_dir: str | Path, out: Path) -> None:
+    from transformers import AutoTokenizer
+
+    model.save_pretrained(str(out))
+    try:
+        AutoTokenizer.from_pretrained(str(base_dir)).save_pretrained(str(out))
+    except (OSError, ValueError):
+        pass  # a model dir without a tokenizer: the run config names the tokenizer
+
+
 def sft(demos: list[Demo], base_dir: str | Path, out_dir: str | Path, steps: int, lr: float, seed: int = 0,
-        log: Callable[[str], None] | None = None) -> Path:
+        log: Callable[[str], None] | None = None, stages: tuple[int, ...] = ()) -> Path:
     """Fine-tune on the demos' generated turns (full batch each step, one loss per token: demos that
-    share a prompt and diverge at one token are taught as an even split). Saves model + tokenizer."""
+    share a prompt and diverge at one token are taught as an even split). Saves model + tokenizer;
+    each step in `stages` also saves the model as it was then, in `<out_dir>/stage-<step>`."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
@@ -207,20 +218,26 @@ def sft(demos: list[Demo], base_dir: str | Path, out_dir: str | Path, steps: int
         opt.step()
         if log and (step % max(1, steps // 10) == 0 or step == steps - 1):
             log(f"[sft {step + 1}/{steps}] loss={loss.item():.4f}")
+        if step + 1 in stages and step + 1 < steps:
+            _save(model, base_dir, Path(out_dir) / f"stage-{step + 1}")
     model.eval()
     out = Path(out_dir)
-    model.save_pretrained(str(out))
-    try:
-        AutoTokenizer.from_pretrained(str(base_dir)).save_pretrained(str(out))
-    except (OSError, ValueError):
-        pass  # a model dir without a tokenizer: the run config names the tokenizer
+    _save(model, base_dir, out)
     return out
 
 
 # ------------------------------------------------------------------------------- the command
+#: the stumble demonstration's first action: a view of a file that is not there (error kind file_not_found)
+STUMBLE_SUFFIX = ".orig"
+
+
 def warmstart(cfg: Any, out_dir: str | Path, steps: int = 150, lr: float = 1e-2, lazy: bool = True,
-              log: Callable[[str], None] = print) -> Path:
-    """Record gold-patch (and lazy) demonstrations for the config's tasks and SFT its model on them."""
+              log: Callable[[str], None] = print, stumble: bool = False, stages: tuple[int, ...] = ()) -> Path:
+    """Record gold-patch (and lazy) demonstrations for the config's tasks and SFT its model on them.
+
+    `stumble` adds, per task, the gold demonstration preceded by a failing `view` (of the first edited
+    file's name + `.orig`): a policy that sometimes errs and recovers, so error sites (channel 2's
+    input) occur in its rollouts. `stages`: SFT steps at which a snapshot is also saved."""
     import tempfile
 
     from datasets import Dataset
@@ -264,6 +281,12 @@ def warmstart(cfg: Any, out_dir: str | Path, steps: int = 150, lr: float = 1e-2,
                     log(f"[warmstart] {iid}: skipped (the gold demonstration got reward {expert.reward})")
                     continue
                 demos.append(expert)
+                if stumble and edits:
+                    slip = Turn("view", {"path": str(edits[0].arguments["path"]) + STUMBLE_SUFFIX})
+                    stumbled = record_demo(trainer, env_cls(), row, [slip, *edits, Turn("submit"), Turn(text="Done.")],
+                                           f"{iid}:stumble")
+                    if stumbled.reward == 1.0:
+                        demos.append(stumbled)
                 if lazy:
                     demos.append(record_demo(trainer, env_cls(), row, [Turn("submit"), Turn(text="Done.")],
                                              f"{iid}:lazy"))
@@ -275,7 +298,7 @@ def warmstart(cfg: Any, out_dir: str | Path, steps: int = 150, lr: float = 1e-2,
     if not demos:
         raise SystemExit("trainer-client warmstart: no task gave a usable demonstration")
     log(f"[warmstart] SFT on {len(demos)} demonstrations, {steps} steps, lr {lr:g}")
-    out = sft(demos, base, out_dir, steps=steps, lr=lr, seed=int(cfg.grpo.get("seed") or 0), log=log)
+    out = sft(demos, base, out_dir, steps=steps, lr=lr, seed=int(cfg.grpo.get("seed") or 0), log=log, stages=stages)
     (out / "warmstart.json").write_text(json.dumps(
         {"base": str(base), "steps": steps, "lr": lr, "demos": [
             {"name": d.name, "reward": d.reward, "completion_tokens": len(d.completion_ids())} for d in demos]},
