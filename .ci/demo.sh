@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# The main job on embedded defaults: mine two real SWE tasks (historical fixes between
-# consecutive cachetools releases on PyPI, source: release-diff: the maintainers' own patch,
-# their tests hidden, their changelog entry as the issue) and build four synthetic ones
-# (one-token mutations, source: synthetic-mutation: short fixes the tiny model can learn),
-# start a local env server (bwrap sandbox) on loopback, warm-start the tiny Qwen2
-# smoke model on demonstrations recorded through that server (gold-patch edits and
-# lazy submits, so GRPO groups mix rewarded and unrewarded rollouts; cached), and
-# run a short GRPO training run on the CPU against it (real Qwen2 tokenizer).
-# DEMO_WARMSTART=0 trains the random smoke model as it is (it makes no tool calls).
+# The main job on embedded defaults, all three loss channels live: mine two real SWE tasks
+# (historical fixes between consecutive cachetools releases on PyPI, source: release-diff: the
+# maintainers' own patch, their tests hidden, their changelog entry as the issue) and build four
+# synthetic ones (one-token mutations, source: synthetic-mutation: short fixes the tiny model can
+# learn), start a local env server (bwrap sandbox) on loopback, warm-start the tiny Qwen2 smoke
+# model on demonstrations recorded through that server (gold-patch edits, lazy submits and a
+# stumble that starts with a failing view, so GRPO groups mix rewards and error sites occur;
+# cached), fine-tune two local teachers (gold demonstrations only, two training stages; cached),
+# and run a short GRPO training run on the CPU against the server: channel 1 GRPO, channel 2
+# hint distillation at the error sites, channel 3 DPO on pairs the replay loop mines while the
+# run goes on (the teachers behind `transformers serve` over HTTP; each proposed action executed
+# in a fork of the episode and graded by the hidden tests).
+# DEMO_WARMSTART=0 trains the random smoke model as it is (it makes no tool calls, no teachers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TRL_EXPERIMENTAL_SILENCE=1 TOKENIZERS_PARALLELISM=false
@@ -22,7 +26,7 @@ OUT=${DEMO_OUTPUT_DIR:-runs/demo}
 STEPS=${DEMO_STEPS:-8}
 WARMSTART=${DEMO_WARMSTART:-1}
 
-echo "== 1/4 tasks (cached): 2 real fixes (source: release-diff) mined from consecutive cachetools releases"
+echo "== 1/5 tasks (cached): 2 real fixes (source: release-diff) mined from consecutive cachetools releases"
 echo "   on PyPI (gold patch = the maintainers' change, hidden tests = theirs, issue = their changelog),"
 echo "   and 4 synthetic bugs (source: synthetic-mutation: one-token mutations of inflection and idna),"
 echo "   short enough for the tiny demo model to learn to fix"
@@ -48,7 +52,7 @@ PY
 PORT=$($BIN/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 URL="http://127.0.0.1:$PORT"
 
-echo "== 2/4 env server on $URL (bwrap sandbox)"
+echo "== 2/5 env server on $URL (bwrap sandbox)"
 mkdir -p "$OUT"
 $BIN/env-server serve --host 127.0.0.1 --port "$PORT" --tasks "$TASKS_DIR/tasks.jsonl" --backend bwrap \
   --data-dir "$OUT/env-data" --log-level warning > "$OUT/env-server.log" 2>&1 &
@@ -65,24 +69,37 @@ MODEL=()
 if [ "$WARMSTART" = 1 ]; then
   # cached per task set and recipe (a fresh SFT takes a minute or two on 2 cores)
   WARM_STEPS=300  # full-batch SFT steps: the model must reproduce each demonstrated edit token for token
-  KEY=$( { cat "$TASKS_DIR/tasks.jsonl" trainer_client/warmstart.py; echo "$WARM_STEPS"; } | sha256sum | cut -c1-12)
-  WARM=.cache/demo-warmstart/$KEY
-  if [ -f "$WARM/warmstart.json" ]; then
-    echo "== 3/4 warm start: cached in $WARM"
-  else
-    echo "== 3/4 warm start: SFT on demonstrations recorded through the env server"
-    rm -rf "$WARM.tmp"
-    $BIN/trainer-client warmstart --config trainer_client/configs/cpu_smoke.yaml --env-url "$URL" \
-      --tasks "$TASKS_DIR/tasks.jsonl" --out "$WARM.tmp" --steps "$WARM_STEPS"
-    mv "$WARM.tmp" "$WARM"
-    echo "warm-started model: $WARM"
-  fi
-  MODEL=(--set "model.name_or_path=$WARM" --set grpo.max_completion_length=384)
+  # one cached SFT per task set and recipe: warmstart NAME EXTRA-FLAGS...
+  warmstart() {
+    local name=$1; shift
+    local key dir
+    key=$( { cat "$TASKS_DIR/tasks.jsonl" trainer_client/warmstart.py; echo "$WARM_STEPS $*"; } | sha256sum | cut -c1-12)
+    dir=.cache/demo-$name/$key
+    if [ ! -f "$dir/warmstart.json" ]; then
+      rm -rf "$dir.tmp"
+      $BIN/trainer-client warmstart --config trainer_client/configs/cpu_smoke.yaml --env-url "$URL" \
+        --tasks "$TASKS_DIR/tasks.jsonl" --out "$dir.tmp" --steps "$WARM_STEPS" "$@" > "$OUT/$name.log" 2>&1 \
+        || { tail -20 "$OUT/$name.log"; exit 1; }
+      mv "$dir.tmp" "$dir"
+    fi
+    echo "$dir"
+  }
+  echo "== 3/5 warm start (cached): SFT on gold edits, lazy submits and a stumble (a failing view, then the fix)"
+  WARM=$(warmstart warmstart --stumble)
+  echo "   policy: $WARM"
+  echo "== 4/5 local teachers (cached): SFT on gold demonstrations only; two training stages (150 and 300 steps)"
+  TEACH=$(warmstart teachers --no-lazy --stages 150)
+  echo "   teachers: $TEACH/stage-150 and $TEACH, served by \`transformers serve\` on loopback during training"
+  MODEL=(--set "model.name_or_path=$WARM" --set grpo.max_completion_length=384
+         --set loss.beta=0.5 --set replay.enabled=true --set replay.verify="${DEMO_VERIFY:-fork}"
+         --set "replay.local_models=[\"$TEACH/stage-150\", \"$TEACH\"]" --set replay.min_agreeing=1
+         --set replay.states_per_episode=2)
 else
-  echo "== 3/4 warm start: skipped (DEMO_WARMSTART=0)"
+  echo "== 3/5 warm start: skipped (DEMO_WARMSTART=0); 4/5 no teachers"
 fi
 
-echo "== 4/4 trainer-client train: $STEPS GRPO steps on the CPU"
+echo "== 5/5 trainer-client train: $STEPS GRPO steps on the CPU, channels 1-3 (per step: each channel's loss and inputs)"
 $BIN/trainer-client train --config trainer_client/configs/cpu_smoke.yaml --env-url "$URL" \
   --tasks "$TASKS_DIR/tasks.jsonl" --output-dir "$OUT/train" --max-steps "$STEPS" "${MODEL[@]}"
-echo "== done: metrics in $OUT/train/metrics.jsonl, plot in $OUT/train/metrics.png, traces in $OUT/env-data"
+echo "== done: metrics in $OUT/train/metrics.jsonl, plot in $OUT/train/metrics.png, traces in $OUT/env-data,"
+echo "   the pairs channel 3 trained on, with their provenance, in $OUT/train/pairs.jsonl"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
 from contextlib import ExitStack
@@ -250,6 +251,10 @@ def train(cfg: RunConfig, resume: bool = False):
         quiet_progress(trainer)  # one short line per step (MetricsCallback), not the raw log dicts too
         trainer.train(resume_from_checkpoint=True if resume else None)
         trainer.save_model(str(Path(grpo.output_dir) / "final"))
+        state = trainer._channel_state
+        if live is not None and state is not None:  # the pairs channel 3 trained on, with their provenance
+            with open(Path(grpo.output_dir) / "pairs.jsonl", "w", encoding="utf-8") as f:
+                f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in state.records)
         if cfg.output.rank_report:
             write_rank_report(trainer, env_cls.runtime.pool, Path(grpo.output_dir) / "ranks")
     finally:

@@ -1,0 +1,198 @@
+"""Replay benchmark: teacher replay throughput, and what the live replay loop adds to a training step.
+
+Uses what `make demo` builds and caches (run it once first): its task file (real and synthetic
+tasks), its warm-started policy and its two local teacher checkpoints, on a fresh env server
+(bwrap sandbox) on loopback.
+
+1. Throughput: states per second replayed through N local teachers (`transformers serve`, real
+   HTTP), with agreement only and with fork verification (every proposed action executed in a
+   fork of the episode at step t and graded by the hidden tests). The states come from recorded
+   episodes (a failing view, then a lazy submit) on every task.
+2. Loop overhead: mean optimizer-step time of `trainer-client train` with the loop off, and on
+   (teachers: a zero-cost double answering at once, so the figure is the loop's own cost; and
+   the local teachers, whose inference shares this machine's cores), side by side in one run.
+   Target: the loop adds at most 10% to a step.
+
+    python bench/bench_replay.py [--teachers 1,2] [--steps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "replay"))
+
+
+def demo_artifacts() -> tuple[Path, Path, list[Path]]:
+    """(task file, warm-started policy, teacher checkpoints) cached by `make demo`."""
+    tasks = ROOT / ".cache/demo-tasks-v2/tasks.jsonl"
+    policies = sorted((ROOT / ".cache/demo-warmstart").glob("*/warmstart.json"), key=lambda p: p.stat().st_mtime)
+    teachers = sorted((ROOT / ".cache/demo-teachers").glob("*/warmstart.json"), key=lambda p: p.stat().st_mtime)
+    if not tasks.exists() or not policies or not teachers:
+        raise SystemExit("bench_replay: run `make demo` once first (it caches the tasks, the policy and the teachers)")
+    final = teachers[-1].parent
+    stages = sorted(final.glob("stage-*"))
+    return tasks, policies[-1].parent, [*stages, final]
+
+
+def start_server(tasks: Path, data: Path, max_sessions: int = 32) -> tuple[subprocess.Popen, str]:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "env-server"), "serve", "--host", "127.0.0.1",
+                             "--port", str(port), "--tasks", str(tasks), "--backend", "bwrap", "--data-dir", str(data),
+                             "--max-sessions", str(max_sessions), "--log-level", "warning"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    import httpx
+
+    for _ in range(300):
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("env server did not start")
+
+
+def record_episodes(url: str, tasks: Path) -> list[str]:
+    """One episode per task: a failing view (an error site), then a lazy submit."""
+    from env_client import EnvClient
+
+    ids = [json.loads(line)["instance_id"] for line in tasks.read_text().splitlines() if line.strip()]
+    episodes = []
+    with EnvClient([url]) as client:
+        for iid in ids:
+            session = client.open(instance_id=iid)
+            session.call_tool("view", {"path": "no/such/file.py"})
+            session.call_tool("submit", {})
+            episodes.append(session.episode_id)
+            session.close()
+    return episodes
+
+
+def throughput(url: str, episodes: list[str], checkpoints: list[Path], n_teachers: int, verify: bool) -> dict:
+    from trainer_client.replay.live import pick_states
+    from trainer_client.replay.local import local_teachers
+    from trainer_client.replay.replay import ReplayOptions, replay
+    from trainer_client.replay.traces import env_client, fetch_trace
+    from trainer_client.replay.verify import ForkVerifier
+
+    async def states() -> list:
+        async with env_client() as http:
+            out = []
+            for ep in episodes:
+                out += pick_states(await fetch_trace(http, url, ep), 2, ReplayOptions())
+            return out
+
+    records = asyncio.run(states())
+    with local_teachers(checkpoints[:n_teachers], threads=1) as teachers:
+        async def run():
+            verifier = ForkVerifier(lambda _: url) if verify else None
+            try:
+                return await replay(records, teachers, ReplayOptions(), verify=verifier)
+            finally:
+                if verifier is not None:
+                    await verifier.aclose()
+
+        started = time.perf_counter()
+        result = asyncio.run(run())
+        wall = time.perf_counter() - started
+    s = result.summary
+    return {"teachers": n_teachers, "mode": "fork" if verify else "agreement", "states": len(records),
+            "calls_ok": s.calls_ok, "calls": s.calls, "pairs": s.pairs_kept, "wall_s": wall,
+            "states_per_s": len(records) / wall}
+
+
+def step_times(url: str, tasks: Path, policy: Path, out: Path, steps: int, extra: list[str]) -> float:
+    """Mean optimizer-step seconds of a `train` run (the first step, with its warm-up, left out)."""
+    import trainer_client.metrics as metrics
+    from trainer_client import cli
+    from trainer_client.config import load_config
+
+    stamps: list[float] = []
+
+    class Timed(metrics.MetricsCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            stamps.append(time.perf_counter())
+
+    cfg = load_config(ROOT / "trainer_client/configs/cpu_smoke.yaml", [
+        f"model.name_or_path={policy}", f"env.urls=[\"{url}\"]", f"data.tasks={tasks}", f"grpo.output_dir={out}",
+        f"grpo.max_steps={steps + 1}", "grpo.save_strategy=no", "grpo.max_completion_length=384", "output.plot=false",
+        "loss.beta=0.5", *extra])
+    original, metrics.MetricsCallback = metrics.MetricsCallback, Timed  # cli.train imports it at call time
+    try:
+        cli.train(cfg)
+    finally:
+        metrics.MetricsCallback = original
+    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+    return sum(gaps) / len(gaps)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--teachers", default="1,2", help="teacher counts for the throughput table")
+    ap.add_argument("--steps", type=int, default=5, help="timed optimizer steps per loop arm")
+    ap.add_argument("--skip-overhead", action="store_true")
+    args = ap.parse_args()
+    tasks, policy, checkpoints = demo_artifacts()
+    from fake_teacher import FakeTeacherServer, Reply
+
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, url = start_server(tasks, Path(tmp) / "data")
+        try:
+            episodes = record_episodes(url, tasks)
+            print(f"replay throughput: {len(episodes)} recorded episodes, 2 states each (error sites first)")
+            print(f"{'teachers':>8} {'mode':>9} {'states':>6} {'calls ok':>9} {'pairs':>5} {'wall s':>7} {'states/s':>8}")
+            for n in (int(x) for x in args.teachers.split(",")):
+                for verify in (False, True):
+                    r = throughput(url, episodes, checkpoints, n, verify)
+                    print(f"{r['teachers']:>8} {r['mode']:>9} {r['states']:>6} {r['calls_ok']:>4}/{r['calls']:<4} "
+                          f"{r['pairs']:>5} {r['wall_s']:>7.1f} {r['states_per_s']:>8.2f}", flush=True)
+            if args.skip_overhead:
+                return
+            with FakeTeacherServer(lambda model, body, n: Reply.call("bash", command="git diff")) as double:
+                teachers_file = Path(tmp) / "double.yaml"
+                teachers_file.write_text(json.dumps({"teachers": [{"name": "double", "model": "double",
+                                                                   "base_url": double.base_url,
+                                                                   "price_in": 0, "price_out": 0}]}))
+                on_dir = Path(tmp) / "loop_on_double"
+                results = [("loop on, teacher double", step_times(url, tasks, policy, on_dir, args.steps, [
+                    "replay.enabled=true", f"replay.teachers={teachers_file}"]))]
+            # the same channel-3 work without the loop: the pairs the loop delivered, given up front
+            results.insert(0, ("loop off, same pairs static", step_times(
+                url, tasks, policy, Path(tmp) / "off_static", args.steps, [f"loss.pairs_path={on_dir / 'pairs.jsonl'}"])))
+            results.append(("loop on, 2 local teachers", step_times(
+                url, tasks, policy, Path(tmp) / "on_local", args.steps,
+                ["replay.enabled=true", "replay.local_models=[" + ",".join(f'"{c}"' for c in checkpoints[:2]) + "]"])))
+            base = results[0][1]
+            print(f"\nloop overhead: mean step time over {args.steps} steps (first step excluded); the loop-off arm "
+                  "trains on the pairs the double-teacher arm mined, given as a file, so channel 3 does the same work")
+            for name, seconds in results:
+                print(f"  {name:<28} {seconds:6.2f} s  ({(seconds / base - 1) * 100:+.0f}%)")
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
+
+if __name__ == "__main__":
+    main()
