@@ -83,7 +83,8 @@ def create_app(config: ServerConfig, tasks: list[TaskInstance] | None = None) ->
         return {"name": "swe-openenv", "version": PROTOCOL_VERSION,
                 "description": "SWE-style coding episodes in a hardened sandbox, graded by hidden tests.",
                 "tasks": len(service.tasks), "tools": [t.mcp() for t in TOOL_SPECS], "backend": config.sandbox.backend,
-                "extensions": ["error-site-markers", "state-t-replay", "multiplexed-websocket"],
+                "extensions": ["error-site-markers", "state-t-replay", "multiplexed-websocket",
+                               "episode-fork"],
                 "mux_subprotocol": MUX_SUBPROTOCOL, "max_sessions": config.max_sessions}
 
     @api.get("/schema")

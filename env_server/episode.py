@@ -7,15 +7,17 @@ the step to the trace before the observation is returned.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from sandbox import ArgumentError, SandboxConfig, SandboxError, open_sandbox
 from sandbox.base import Sandbox
+from sandbox.models import ExactDiff
 
 from .errors import ProtocolError
 from .grading import GradeCache, GradeResult, grade_submission
@@ -23,7 +25,7 @@ from .markers import ToolFailure, failure
 from .protocol import (Action, CallToolAction, ContextSpec, EpisodeState, ErrorCode, ErrorKind, ListToolsAction,
                        SWEObservation)
 from .tools import TOOL_SPECS, parse_arguments, run_tool
-from .traces import TraceStore, TraceWriter
+from .traces import BINARY_DIFF, ForkPoint, TraceStore, TraceWriter
 from .task import TaskInstance
 
 SYSTEM_PROMPT = (
@@ -35,13 +37,6 @@ MUTATING_TOOLS = frozenset({"bash", "str_replace", "create"})
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class DiffUnreadable:
-    """The workspace diff after a step could not be read (recorded as ``diff_error``)."""
-
-    error: str
-
-
 class EpisodeConfig(BaseModel):
     """Per-episode policy shared by every session of a server."""
 
@@ -51,6 +46,10 @@ class EpisodeConfig(BaseModel):
     trace_diffs: Literal["all", "edits"] = Field(
         "all", description="record the workspace diff after every mutating step, or only after edit tools")
     trace_fsync: bool = False
+    exact_patch_max_bytes: int = Field(
+        4 * 1024 * 1024, gt=0, description="largest exact (--binary) patch kept in a trace (on disk only), for "
+        "a workspace whose text diff cannot rebuild it (binary files, bytes that are not UTF-8); past it the "
+        "step is recorded with exact_patch_error and cannot be forked")
 
 
 class Episode:
@@ -68,30 +67,50 @@ class Episode:
         self.step_count = 0
         self.done = False
         self.reward: float | None = None
-        self._recorded_diff: str | None = ""  # the last diff written to the trace (None: unknown)
-        self._graded_diff: str | None = None
+        self.step_offset = 0  # a fork's history: steps of its budget the original already used
+        # The last diff fields written to the trace (None: unknown, the next diff is recorded).
+        self._recorded_diff: dict[str, Any] | None = {"diff": ""}
+        self._graded_diff: ExactDiff | None = None
 
     @classmethod
     async def start(cls, episode_id: str, task: TaskInstance, store: TraceStore, sandbox_config: SandboxConfig,
                     config: EpisodeConfig, cache: GradeCache | None = None,
-                    context: ContextSpec | None = None) -> tuple["Episode", SWEObservation]:
-        """Open the sandbox, write the reset record, return the episode and its first observation."""
+                    context: ContextSpec | None = None,
+                    fork: ForkPoint | None = None) -> tuple["Episode", SWEObservation]:
+        """Open the sandbox, write the reset record, return the episode and its first observation.
+
+        ``fork``: start from a recorded episode after its step t (``task`` is its task): the
+        workspace is the task's scrubbed template with the recorded diff applied (verified), the
+        context the original's (its reset record's prompt fields and its steps up to t).
+        """
         if store.exists(episode_id):
             raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"episode_id {episode_id!r} was already used")
         sandbox = await open_sandbox(task.workspace_spec(), sandbox_config)
         try:
+            if fork is not None:
+                await restore_workspace(sandbox, fork)
             trace = store.writer(episode_id)
         except BaseException:
             await sandbox.close()
             raise
         ep = cls(episode_id, task, sandbox, sandbox_config, config, trace, cache)
         tools = [t.mcp() for t in TOOL_SPECS]
+        record: dict[str, Any] = {"kind": "reset", "episode_id": episode_id, "instance_id": task.instance_id,
+                                  "system": SYSTEM_PROMPT, "issue": task.problem_statement, "tools": tools}
+        extra: dict[str, Any] = {}
+        if fork is not None:
+            ep.step_offset = len(fork.history)
+            ep._recorded_diff = {"diff": fork.diff, **({"exact_patch": fork.exact_patch} if fork.exact_patch else {})}
+            extra = {"fork_of": fork.episode_id, "fork_t": fork.t}
+            # the original's presentation, so that state(t) of the fork continues the original's context
+            record.update({k: fork.head[k] for k in ("system", "issue", "tools", "context") if k in fork.head})
         obs = SWEObservation(output=task.problem_statement, issue=task.problem_statement, tools=tools,
-                             metadata=ep._meta())
-        record = {"kind": "reset", "episode_id": episode_id, "instance_id": task.instance_id,
-                  "system": SYSTEM_PROMPT, "issue": task.problem_statement, "tools": tools,
-                  "observation": obs.model_dump(), "diff": "", "time": time.time()}
-        if context is not None:  # the client's presentation: state(t) renders the policy's own context
+                             metadata=ep._meta(**extra))
+        record.update(observation=obs.model_dump(), **ep._recorded_diff, trace_diffs=config.trace_diffs,
+                      time=time.time())
+        if fork is not None:
+            record.update(fork_of=fork.episode_id, t=fork.t, history=fork.history)
+        elif context is not None:  # the client's presentation: state(t) renders the policy's own context
             record["context"] = context.model_dump()
         trace.append(record)
         return ep, obs
@@ -112,16 +131,14 @@ class Episode:
         started = time.perf_counter()
         self.step_count += 1
         obs, changed = await self._act(action)
-        if not self.done and self.step_count >= self.config.max_steps:
+        if not self.done and self.step_count + self.step_offset >= self.config.max_steps:
             grade = await self._grade()
             obs = self._finish(obs, grade, note=f"[step budget of {self.config.max_steps} used up: "
                                                 "your changes were graded]")
         diff = await self._trace_diff(changed)
         record = {"kind": "step", "t": self.step_count, "action": _action_record(action),
-                  "observation": obs.model_dump(), "diff": diff, "time": time.time(),
+                  "observation": obs.model_dump(), **diff, "time": time.time(),
                   "latency_s": round(time.perf_counter() - started, 6)}
-        if isinstance(diff, DiffUnreadable):
-            record.update(diff=None, diff_error=diff.error)
         self.trace.append(record)
         if self.done:
             await self.close_sandbox()
@@ -166,13 +183,23 @@ class Episode:
 
     async def _grade(self) -> GradeResult:
         try:
-            diff = await self.sandbox.diff()
+            diff = await self._read_diff()
         except SandboxError as exc:
             return GradeResult(reward=0.0, mode=self.config.grade_mode, error_source="infra",
                                error=f"could not read the workspace diff: {exc}")
         self._graded_diff = diff
-        return await grade_submission(self.task, diff, self.sandbox_config, self.config.grade_mode,
+        return await grade_submission(self.task, diff.text, self.sandbox_config, self.config.grade_mode,
                                       cache=self.cache, timeout_s=self.config.grade_timeout_s)
+
+    async def _read_diff(self) -> ExactDiff:
+        """The workspace diff; with its exact patch when the text may not rebuild the workspace.
+
+        The text says when it may not: git's "Binary files ... differ", or U+FFFD where bytes that
+        are not UTF-8 were replaced. Only then is the runtime asked (its diff is cached: no second git run)."""
+        text = await self.sandbox.diff()
+        if "\ufffd" not in text and BINARY_DIFF.search(text) is None:
+            return ExactDiff(text=text)
+        return await self.sandbox.diff_exact(self.config.exact_patch_max_bytes)
 
     def _finish(self, obs: SWEObservation, grade: GradeResult, note: str = "") -> SWEObservation:
         self.done = True
@@ -190,22 +217,34 @@ class Episode:
         output = "\n\n".join(p for p in (obs.output, note.strip(), summary) if p)
         return obs.model_copy(update={"output": output, "done": True, "reward": grade.reward, "metadata": meta})
 
-    async def _trace_diff(self, changed_by: str | None) -> "str | DiffUnreadable | None":
-        """The workspace diff after this step, None when unchanged (or not tracked), or why it is unknown."""
+    async def _trace_diff(self, changed_by: str | None) -> dict[str, Any]:
+        """The step record's diff fields: ``diff`` null when unchanged (or not tracked), else the diff
+
+        (with ``exact_patch``, or ``exact_patch_error``, when the text cannot rebuild the workspace);
+        ``diff_error`` when it could not be read, ``diff_skipped`` when a ``bash`` step changed files
+        and ``--trace-diffs edits`` took no diff (both: unknown until a diff is recorded again)."""
         if self._graded_diff is not None:
             diff = self._graded_diff
-        elif changed_by is None or (self.config.trace_diffs == "edits" and changed_by == "bash"):
-            return None
+        elif changed_by is None:
+            return {"diff": None}
+        elif self.config.trace_diffs == "edits" and changed_by == "bash":
+            self._recorded_diff = None
+            return {"diff": None, "diff_skipped": True}
         else:
             try:
-                diff = await self.sandbox.diff()
+                diff = await self._read_diff()
             except SandboxError as exc:  # unknown, not "unchanged": the record says so (state(t) too)
                 self._recorded_diff = None
-                return DiffUnreadable(f"{type(exc).__name__}: {exc}")
-        if diff == self._recorded_diff:
-            return None
-        self._recorded_diff = diff
-        return diff
+                return {"diff": None, "diff_error": f"{type(exc).__name__}: {exc}"}
+        fields: dict[str, Any] = {"diff": diff.text}
+        if diff.lossy and diff.patch is not None:
+            fields["exact_patch"] = base64.b64encode(diff.patch).decode("ascii")
+        elif diff.lossy:
+            fields["exact_patch_error"] = diff.patch_error or "no exact patch"
+        if fields == self._recorded_diff:
+            return {"diff": None}
+        self._recorded_diff = fields
+        return fields
 
     async def close_sandbox(self) -> None:
         await self.sandbox.close()
@@ -216,6 +255,56 @@ class Episode:
             await self.sandbox.close()
         finally:
             self.trace.close()
+
+
+async def restore_workspace(sandbox: Sandbox, fork: ForkPoint) -> None:
+    """Rebuild a recorded workspace on a fresh sandbox: the template plus the recorded patch, verified.
+
+    The exact ``--binary`` patch where one was recorded (binary files, bytes that are not UTF-8),
+    else the text diff. Then the fresh diff must equal the recorded one (``index`` lines aside: their
+    abbreviated hashes may be longer in one object store than the other); the exact patch must
+    match too (its full-index hashes name every file's content). FORK_UNAVAILABLE otherwise.
+    """
+    def refuse(why: str) -> ProtocolError:
+        return ProtocolError(ErrorCode.FORK_UNAVAILABLE, f"cannot fork episode {fork.episode_id!r} at step "
+                             f"{fork.t}: {why}", fork_of=fork.episode_id, t=fork.t)
+
+    try:
+        patch = base64.b64decode(fork.exact_patch, validate=True) if fork.exact_patch else fork.diff.encode("utf-8")
+    except (binascii.Error, ValueError):
+        raise refuse("its recorded exact patch is corrupt") from None
+    if patch:
+        try:
+            await sandbox.apply_patch(patch)
+        except ArgumentError as exc:
+            raise refuse(f"the recorded diff does not apply to the task's workspace: {exc}") from None
+    got = await sandbox.diff_exact(0)
+    same = _without_index(got.text) == _without_index(fork.diff)
+    if fork.exact_patch:
+        same = same and got.patch is not None and _patch_signature(got.patch) == _patch_signature(patch)
+    if not same:
+        raise refuse("the restored workspace differs from the recorded one")
+
+
+def _without_index(diff: str) -> list[str]:
+    """A text diff's lines but its ``index`` lines (header lines; a hunk line starts with " ", "+", "-" or "\\")."""
+    return [line for line in diff.split("\n") if not line.startswith("index ")]
+
+
+def _patch_signature(patch: bytes) -> list[bytes]:
+    """A ``--binary --full-index`` patch without its binary payloads (deflate output may vary):
+
+    the full-index hashes still name every file's content, the hunks every text change."""
+    out: list[bytes] = []
+    payload = False
+    for line in patch.split(b"\n"):
+        if line.startswith(b"diff --git "):
+            payload = False
+        elif payload:
+            continue
+        out.append(line)
+        payload = payload or line == b"GIT binary patch"
+    return out
 
 
 def _action_record(action: Action) -> dict[str, Any]:

@@ -57,7 +57,9 @@ async def handle_jsonrpc(service: EnvService, body: Any, session: Session | None
             return _ok(req_id, {"session_id": target, "closed": True})
     except ProtocolError as exc:
         code = INVALID_PARAMS if exc.code in (ErrorCode.SESSION_NOT_FOUND, ErrorCode.TASK_NOT_FOUND,
-                                              ErrorCode.VALIDATION_ERROR, ErrorCode.INVALID_ACTION) else SERVER_ERROR
+                                              ErrorCode.VALIDATION_ERROR, ErrorCode.INVALID_ACTION,
+                                              ErrorCode.EPISODE_NOT_FOUND, ErrorCode.STEP_OUT_OF_RANGE,
+                                              ErrorCode.FORK_UNAVAILABLE) else SERVER_ERROR
         return _error(req_id, code, exc.message, exc.data())
     return _error(req_id, METHOD_NOT_FOUND, f"Method not found: {method}")
 

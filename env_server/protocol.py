@@ -11,7 +11,7 @@ import json
 from enum import Enum
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # Frames and trace records: compact UTF-8 JSON. One encoder, built once (json.dumps with
 # options builds a new one on every call, and this runs on every step).
@@ -45,6 +45,7 @@ class ErrorCode(str, Enum):
     FRAME_TOO_LARGE = "FRAME_TOO_LARGE"
     UNAUTHORIZED = "UNAUTHORIZED"
     SANDBOX_ERROR = "SANDBOX_ERROR"  # infrastructure failure; the session may be gone
+    FORK_UNAVAILABLE = "FORK_UNAVAILABLE"  # reset fork_of: the workspace at step t cannot be restored exactly
     INTERNAL_ERROR = "INTERNAL_ERROR"
 
 
@@ -352,7 +353,8 @@ class StateRecord(BaseModel):
 
 
 class ResetParams(BaseModel):
-    """``reset`` data. Pick a task by ``instance_id``, else ``index``, else ``seed``, else round robin."""
+    """``reset`` data. Pick a task by ``instance_id``, else ``index``, else ``seed``, else round robin;
+    or (``fork_of`` + ``t``) continue a recorded episode from its step t in a new episode."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -361,6 +363,17 @@ class ResetParams(BaseModel):
     seed: int | None = None
     episode_id: str | None = Field(None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")
     context: "ContextSpec | None" = Field(None, description="how this client presents the episode to its policy")
+    fork_of: str | None = Field(None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$", description=(
+        "episode-fork extension: start from this recorded episode after its step `t` (its task, its workspace "
+        "byte for byte, its context); see docs/rfcs/009-episode-fork.md"))
+    t: int | None = Field(None, ge=0, strict=True, description="with fork_of: the step of the recorded episode "
+                                                               "to fork at (0 = right after its reset)")
+
+    @model_validator(mode="after")
+    def _fork_fields(self) -> "ResetParams":
+        if (self.fork_of is None) != (self.t is None):
+            raise ValueError("fork_of and t go together (fork the recorded episode fork_of after its step t)")
+        return self
 
 
 class StateParams(BaseModel):

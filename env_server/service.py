@@ -24,10 +24,11 @@ from .episode import Episode
 from .errors import ProtocolError
 from .grading import GradeCache
 from .metrics import Metrics
-from .protocol import Action, EpisodeState, ErrorCode, ResetParams, StateParams, SuspicionReason, SWEObservation
+from .protocol import (Action, ContextSpec, EpisodeState, ErrorCode, ResetParams, StateParams, SuspicionReason,
+                       SWEObservation)
 from .task import TaskInstance
 from .tools import TOOL_SPECS
-from .traces import TraceError, TraceStore, state_at
+from .traces import ForkPoint, TraceError, TraceStore, fork_point, state_at
 
 log = logging.getLogger(__name__)
 _METRIC_TOOLS = frozenset({t.name for t in TOOL_SPECS} | {"list_tools"})
@@ -137,7 +138,11 @@ class EnvService:
             params = ResetParams.model_validate(data or {})
         except ValidationError as exc:
             raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"invalid reset: {_errors(exc)}") from None
-        task = self.pick_task(params)
+        fork: ForkPoint | None = None
+        if params.fork_of is not None:
+            fork, task = await self.fork_point(params)
+        else:
+            task = self.pick_task(params)
         async with session.lock:
             self._check_open(session)
             if session.episode is not None:
@@ -146,7 +151,7 @@ class EnvService:
             try:
                 episode, obs = await Episode.start(params.episode_id or uuid.uuid4().hex, task, self.store,
                                                    self.config.sandbox, self.config.episode, self.cache,
-                                                   context=params.context)
+                                                   context=params.context, fork=fork)
             except SandboxError as exc:
                 source = "env" if isinstance(exc, WorkspaceError) else "infra"
                 raise ProtocolError(ErrorCode.SANDBOX_ERROR, f"could not start the sandbox: {exc}",
@@ -158,6 +163,32 @@ class EnvService:
             session.touch()
         self.metrics.resets.inc()
         return obs
+
+    async def fork_point(self, params: ResetParams) -> tuple[ForkPoint, TaskInstance]:
+        """Where a fork (``fork_of`` + ``t``) starts, and its task: the recorded episode's.
+
+        ``instance_id`` and ``context`` may be sent along (a client that always sends them) but must
+        then be the original's: a fork continues the original's task and context. ``index`` and
+        ``seed`` are ignored.
+        """
+        assert params.fork_of is not None and params.t is not None
+        try:  # off the event loop: a long episode's trace is megabytes of JSON
+            fork = await asyncio.to_thread(lambda: fork_point(self.store.load(params.fork_of), params.t))
+        except TraceError as exc:
+            raise ProtocolError(ErrorCode(exc.code), str(exc), fork_of=params.fork_of, t=params.t) from None
+        if params.instance_id is not None and params.instance_id != fork.instance_id:
+            raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"instance_id {params.instance_id!r} is not the task of "
+                                f"episode {fork.episode_id!r} ({fork.instance_id!r}): a fork keeps its task")
+        if params.context is not None:
+            original = fork.head.get("context")
+            if original is None or ContextSpec.model_validate(original) != params.context:
+                raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"context differs from episode {fork.episode_id!r}'s: "
+                                    "a fork keeps the original's context (leave context out)")
+        task = self.by_id.get(fork.instance_id)
+        if task is None:
+            raise ProtocolError(ErrorCode.TASK_NOT_FOUND, f"episode {fork.episode_id!r} ran task "
+                                f"{fork.instance_id!r}, which this server does not serve")
+        return fork, task
 
     async def step(self, session: Session, data: dict[str, Any] | None) -> SWEObservation:
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 
-from .models import CommandResult, SandboxConfig, SandboxInfo, WorkspaceSpec
+from .models import CommandResult, ExactDiff, SandboxConfig, SandboxError, SandboxInfo, WorkspaceSpec
 
 
 class Sandbox(abc.ABC):
@@ -52,6 +52,18 @@ class Sandbox(abc.ABC):
         """The workspace's changes against its base commit as a git-style text diff
 
         (untracked files included, binary files reported but not inlined)."""
+
+    async def diff_exact(self, patch_limit: int) -> ExactDiff:
+        """:meth:`diff`, saying whether it is ``lossy`` (cannot rebuild the workspace), and then the
+
+        exact ``git diff --binary --full-index`` (withheld, with ``patch_error``, past ``patch_limit`` bytes)."""
+        raise SandboxError(f"{type(self).__name__} cannot take exact diffs")
+
+    async def apply_patch(self, patch: bytes) -> None:
+        """Apply a git patch (a :meth:`diff`, or :meth:`diff_exact`'s ``patch``) to the workspace.
+
+        Restores a recorded workspace on a fresh session. Raises ArgumentError when it does not apply."""
+        raise SandboxError(f"{type(self).__name__} cannot apply patches")
 
     @abc.abstractmethod
     async def close(self) -> None:

@@ -22,6 +22,7 @@ from .cgroup import SessionCgroup
 from .channel import MAX_LINE, RuntimeChannel
 from .models import (
     CommandResult,
+    ExactDiff,
     LayerMode,
     SandboxClosed,
     SandboxConfig,
@@ -242,6 +243,14 @@ class BwrapSandbox(Sandbox):
     async def diff(self) -> str:
         self._check_open()
         return await self._channel.diff()
+
+    async def diff_exact(self, patch_limit: int) -> ExactDiff:
+        self._check_open()
+        return await self._channel.diff_exact(patch_limit)
+
+    async def apply_patch(self, patch: bytes) -> None:
+        self._check_open()
+        await self._channel.apply_patch(patch)
 
     @property
     def alive(self) -> bool:

@@ -16,7 +16,7 @@ import time
 import weakref
 from typing import Any, Awaitable, Callable
 
-from .models import ArgumentError, CommandResult, CommandStatus, PathError, SandboxDied, SandboxError
+from .models import ArgumentError, CommandResult, CommandStatus, ExactDiff, PathError, SandboxDied, SandboxError
 
 MAX_LINE = 64 * 1024 * 1024
 _scan = json.scanner.make_scanner(json.JSONDecoder())  # one JSON value, no Python layers around it
@@ -161,3 +161,15 @@ class RuntimeChannel:
     async def diff(self, fresh: bool = False) -> str:
         r = await self.request("diff", 120.0, fresh=fresh)
         return str(r.get("diff", ""))
+
+    async def diff_exact(self, patch_limit: int) -> ExactDiff:
+        r = await self.request("diff", 120.0, exact=True, patch_limit=patch_limit)
+        if "lossy" not in r:
+            raise SandboxError("the runtime cannot tell whether its diff is exact")
+        patch = r.get("patch")
+        return ExactDiff(text=str(r.get("diff", "")), lossy=bool(r.get("lossy")),
+                         patch=base64.b64decode(patch) if isinstance(patch, str) else None,
+                         patch_error=str(r["patch_error"]) if r.get("patch_error") is not None else None)
+
+    async def apply_patch(self, patch: bytes) -> None:
+        await self.request("apply", 120.0, patch=base64.b64encode(patch).decode("ascii"))

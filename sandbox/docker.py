@@ -46,6 +46,7 @@ from .runtime_config import runtime_init, venv_mount_point
 from .models import (
     CommandResult,
     CommandStatus,
+    ExactDiff,
     PathError,
     SandboxClosed,
     SandboxConfig,
@@ -564,6 +565,14 @@ class DockerSandbox(Sandbox):
     async def diff(self) -> str:
         self._check()
         return await self._channel.diff()
+
+    async def diff_exact(self, patch_limit: int) -> ExactDiff:
+        self._check()
+        return await self._channel.diff_exact(patch_limit)
+
+    async def apply_patch(self, patch: bytes) -> None:
+        self._check()
+        await self._channel.apply_patch(patch)
 
     async def close(self) -> None:
         if self._closed:

@@ -169,6 +169,16 @@ class CommandResult(BaseModel):
         return self.status is CommandStatus.ok
 
 
+class ExactDiff(BaseModel):
+    """The workspace diff with what it takes to rebuild the workspace from the base exactly."""
+
+    text: str = Field(description="the text diff (what ``Sandbox.diff`` returns)")
+    lossy: bool = Field(False, description="the text cannot rebuild the workspace: a binary file, or bytes "
+                                           "that are not UTF-8")
+    patch: bytes | None = Field(None, description="when lossy: ``git diff --binary --full-index``, exact")
+    patch_error: str | None = Field(None, description="when lossy and the exact patch was withheld (too large)")
+
+
 class SandboxInfo(BaseModel):
     """Which protections a started session actually has."""
 

@@ -8,7 +8,7 @@ JSON lines on stdin/stdout with the host (``sandbox/channel.py``):
   overlay on a read-only template, or a copy), applies the kernel layers
   (mount flags, rlimits, no_new_privs, Landlock, seccomp), starts the agent's
   persistent bash and answers ``{"ok": true, "info": {...}}``;
-* then one request at a time: ``run``, ``read``, ``write``, ``diff``, ``ping``.
+* then one request at a time: ``run``, ``read``, ``write``, ``diff``, ``apply``, ``ping``.
 
 The agent's shell never sees this process's pipes; the runtime is
 non-dumpable, so a same-uid agent cannot read or write its memory or fds.
@@ -25,6 +25,7 @@ import json
 import json.encoder
 import json.scanner
 import os
+import re
 import select
 import shutil
 import signal
@@ -43,6 +44,12 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
 PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 4, 38, 36
 PR_CAPBSET_DROP, PR_SET_SECCOMP = 24, 22
+
+
+_DIFF_ARGS = ("diff", "--cached", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames",
+              "--src-prefix=a/", "--dst-prefix=b/")
+# What git prints instead of a binary file's change (a header line; hunk lines start with " ", "+", "-").
+_BINARY_DIFF = re.compile(r"^Binary files .* differ$", re.MULTILINE)
 
 
 class RuntimeFailure(Exception):
@@ -938,25 +945,74 @@ class Runtime:
         return h.hexdigest()
 
     def op_diff(self, req: dict) -> dict:
-        """The diff against the base; reused while the workspace fingerprint holds."""
+        """The diff against the base; reused while the workspace fingerprint holds.
+
+        ``exact``: also say whether the text diff is ``lossy`` (a binary file, bytes that are not
+        UTF-8: text that cannot rebuild the workspace) and, when it is, add ``patch``: the exact
+        ``git diff --binary --full-index`` (base64; ``patch_error`` instead when it is larger than
+        ``patch_limit`` bytes).
+        """
         fp = self.fingerprint()
         cached = getattr(self, "_diff_cache", None)
-        if cached and cached[0] == fp and not req.get("fresh"):
-            return {"diff": cached[1], "cached": True}
-        result = self._git_diff()
-        self._diff_cache = (fp, result)
-        self._last_fp = fp
-        return {"diff": result, "cached": False}
+        if not cached or cached[0] != fp or req.get("fresh"):
+            raw = self._git_diff()
+            try:
+                text, lossy = raw.decode("utf-8"), False
+            except UnicodeDecodeError:
+                text, lossy = raw.decode("utf-8", "replace"), True
+            lossy = lossy or _BINARY_DIFF.search(text) is not None
+            cached = self._diff_cache = [fp, text, lossy, None]
+            self._last_fp = fp
+            fresh = True
+        else:
+            fresh = False
+        reply = {"diff": cached[1], "cached": not fresh}
+        if req.get("exact"):
+            reply["lossy"] = cached[2]
+            if cached[2]:
+                if cached[3] is None:  # the private index still holds this fingerprint's tree
+                    cached[3] = self._git(*_DIFF_ARGS[:1], "--binary", "--full-index", *_DIFF_ARGS[1:],
+                                          self.cfg["base_commit"], "--")
+                limit = int(req.get("patch_limit") or 0)
+                if limit and len(cached[3]) > limit:
+                    reply["patch_error"] = "the exact patch is %d bytes, over the %d-byte limit" % (
+                        len(cached[3]), limit)
+                else:
+                    reply["patch"] = base64.b64encode(cached[3]).decode("ascii")
+        return reply
 
-    def _git_diff(self) -> str:
-        """``git diff`` of /workspace against the base, trusting nothing the agent can write.
+    def op_apply(self, req: dict) -> dict:
+        """Apply a git patch (text or ``--binary``) to /workspace: restores a recorded workspace.
 
-        The repository is the read-only template's (the agent's /workspace/.git,
-        its config, hooks, filters, replace refs and index are never read); the
-        index and new objects live in the runtime's private directory.
+        ``git apply`` without ``--index`` writes the work tree only, refuses paths outside it
+        and through symbolic links, and fails whole (nothing is written) when a hunk does not apply.
         """
-        base, private = self.cfg["base_commit"], self.cfg["_private"]
-        git_dir = self.cfg["template"] + "/.git"
+        try:
+            patch = base64.b64decode(req.get("patch", ""), validate=True)
+        except (ValueError, TypeError):
+            raise RuntimeFailure("invalid_arguments", "patch must be base64")
+        if patch:
+            try:
+                self._git("apply", "--whitespace=nowarn", "-", input=patch)
+            except RuntimeFailure as e:
+                raise RuntimeFailure("invalid_arguments", "the patch does not apply: %s" % e.message)
+        self._diff_cache = None
+        if self.watcher is not None:
+            try:
+                self.watcher.changed()
+            except OSError:
+                self.watcher = None
+        self._last_fp = self.fingerprint()  # the restored tree is the fork's starting point
+        return {"bytes": len(patch)}
+
+    def _git(self, *args: str, input: bytes | None = None) -> bytes:
+        """git on /workspace with the template's repository, trusting nothing the agent can write.
+
+        The repository is the read-only template's (the agent's /workspace/.git, its config,
+        hooks, filters, replace refs and index are never read); the index and new objects live
+        in the runtime's private directory.
+        """
+        private, git_dir = self.cfg["_private"], self.cfg["template"] + "/.git"
         env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LC_ALL": "C",
                "GIT_DIR": git_dir, "GIT_WORK_TREE": WORKSPACE, "GIT_INDEX_FILE": private + "/index",
                "GIT_OBJECT_DIRECTORY": private + "/objects", "GIT_ALTERNATE_OBJECT_DIRECTORIES": git_dir + "/objects",
@@ -965,29 +1021,30 @@ class Runtime:
         safe = ["git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "core.quotePath=false",
                 "-c", "core.autocrlf=false", "-c", "core.bare=false", "-c", "safe.directory=*",
                 "-c", "diff.external=", "-c", "core.attributesFile=/dev/null"]
+        feed = {"input": input} if input is not None else {"stdin": subprocess.DEVNULL}
+        r = subprocess.run(safe + list(args), cwd=WORKSPACE, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=60, **feed)
+        if r.returncode != 0:
+            raise RuntimeFailure("diff_failed", r.stderr.decode("utf-8", "replace")[-2000:])
+        return r.stdout
 
-        def git(*args: str) -> bytes:
-            r = subprocess.run(safe + list(args), cwd=WORKSPACE, env=env, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
-            if r.returncode != 0:
-                raise RuntimeFailure("diff_failed", r.stderr.decode("utf-8", "replace")[-2000:])
-            return r.stdout
+    def _git_diff(self) -> bytes:
+        """``git diff`` of /workspace against the base (raw bytes), untracked files included."""
+        base, private = self.cfg["base_commit"], self.cfg["_private"]
 
         def reset() -> None:
             subprocess.run(["/bin/sh", "-c", 'rm -rf "$0/objects" "$0/index" "$0/index.lock" && mkdir -p "$0/objects"',
                             private], env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60, check=True)
-            git("read-tree", base)
+            self._git("read-tree", base)
 
         for attempt in (0, 1):
             try:
                 if attempt or not self._diff_ready:
                     reset()
                     self._diff_ready = True
-                git("add", "--all", "--", ".")
-                out = git("diff", "--cached", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames",
-                          "--src-prefix=a/", "--dst-prefix=b/", base, "--")
-                return out.decode("utf-8", "replace")
+                self._git("add", "--all", "--", ".")
+                return self._git(*_DIFF_ARGS, base, "--")
             except (RuntimeFailure, subprocess.TimeoutExpired):
                 if attempt:
                     raise
@@ -1103,7 +1160,7 @@ def main() -> None:
         return
     send({"ok": True, "info": info})
     ops = {"run": runtime.op_run, "read": runtime.op_read, "write": runtime.op_write,
-           "diff": runtime.op_diff, "ping": runtime.op_ping}
+           "diff": runtime.op_diff, "apply": runtime.op_apply, "ping": runtime.op_ping}
     for line in stdin:
         req_id = None
         try:
