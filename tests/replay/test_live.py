@@ -7,14 +7,17 @@ import asyncio
 import json
 import time
 
+import httpx
 import pytest
 
+from env_client import ReplicaPool
 from trainer_client.replay.config import TeachersFile
 from trainer_client.replay.agreement import AgreementRule
 from trainer_client.replay.live import FinishedEpisode, LiveReplay
 from trainer_client.replay.replay import ReplayOptions
+from trainer_client.replay.verify import ForkVerifier
 
-from .fake_teacher import FakeTeacherServer
+from .fake_teacher import FakeTeacherServer, Reply
 from .test_e2e import env_url, rollout, teacher_script  # noqa: F401 - env_url is a fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("bwrap")]
@@ -106,3 +109,72 @@ def test_state_dict_carries_spend_queue_and_undelivered_pairs(env_url):  # noqa:
     assert restored.metrics()["replay/pending_episodes"] == 1
     assert restored.replica_url("not-run-yet") == env_url
     assert [p.state_id for p in restored.drain()] == [p.state_id for p in loop.drain()] != []
+
+
+SIX_BUG, SIX_FIX = '    def b(s):\n        return s.encode("utf-8")', '    def b(s):\n        return s.encode("latin-1")'
+SIX_STUDENT = [("bash", {"command": "ls"}), ("bash", {"command": "cat nope.txt"}),
+               ("view", {"path": "six.py", "start_line": 1, "end_line": 5}), ("bash", {"command": "echo done"})]
+
+
+def fix_or_look(model: str, body: dict, n: int) -> Reply:
+    """After the failing `cat nope.txt` the teacher proposes the real fix; elsewhere a harmless look."""
+    t = sum(1 for m in body["messages"] if m["role"] == "tool")
+    if t == 2:
+        return Reply.call("str_replace", path="six.py", old=SIX_BUG, new=SIX_FIX)
+    return Reply.call("bash", command="git status")
+
+
+@pytest.fixture(scope="module")
+def six_url(tmp_path_factory):
+    from serverlib import run_server
+
+    from env_server.config import ServerConfig
+    from env_server.demo_task import demo_tasks_file
+    from env_server.task import load_tasks
+
+    config = ServerConfig(tasks_path=demo_tasks_file(), data_dir=tmp_path_factory.mktemp("six-data"))
+    with run_server(config, load_tasks(demo_tasks_file())) as server:
+        yield server.url
+
+
+async def six_rollout(url: str) -> str:
+    pool = ReplicaPool([url])
+    try:
+        session, obs = await pool.open_session(instance_id="six__demo-1")
+        for name, args in SIX_STUDENT:
+            await session.call_tool(name, args)
+        await pool.release(session)
+        return obs["metadata"]["episode_id"]
+    finally:
+        await pool.close()
+
+
+def test_fork_verification_keeps_only_actions_graded_better(six_url):
+    env_url = six_url
+    ep = asyncio.run(six_rollout(env_url))
+    with FakeTeacherServer(fix_or_look) as fake:
+        loop = LiveReplay(TeachersFile.model_validate({"teachers": [
+            {"name": "t-a", "model": "t-a", "base_url": fake.base_url, "price_in": 0, "price_out": 0}]}),
+            ReplayOptions(rule=AgreementRule(min_agree=1)), states_per_episode=4)
+        loop.verifier = ForkVerifier(loop.replica_url)
+        loop.start()
+        try:
+            loop.submit([FinishedEpisode(ep, env_url, train_step=1)])
+            assert loop.wait_idle(180)
+            pairs = loop.drain()
+        finally:
+            loop.close()
+    # t=0..3 were all queried; only at t=2 did the teacher's action, executed in a fork and graded by
+    # the hidden tests, beat the student's (1.0 vs 0.0): the other teacher actions scored the same
+    assert [p.provenance.t for p in pairs] == [2], sorted(loop.counts.items())
+    prov = pairs[0].provenance
+    assert prov.verification == "fork" and prov.rewards == {"student": 0.0, "t-a": 1.0}
+    assert set(prov.forks) == {"student", "t-a"} and len(set(prov.forks.values())) == 2
+    assert pairs[0].chosen.tool_name == "str_replace" and pairs[0].chosen.arguments["new"] == SIX_FIX
+    assert (pairs[0].rejected.tool_name, pairs[0].rejected.arguments) == SIX_STUDENT[2]
+    assert loop.verifier.forks_opened == 8 and loop.verifier.fork_failures == 0
+    assert loop.counts["verdicts/not_better"] == 3
+    # the forks are episodes of their own on the server, each with its trace and its fork_of
+    with httpx.Client(base_url=env_url) as http:
+        listed = {e["episode_id"] if isinstance(e, dict) else e for e in http.get("/episodes").json()["episodes"]}
+    assert set(prov.forks.values()) <= listed
