@@ -249,6 +249,9 @@ def train(cfg: RunConfig, resume: bool = False):
             live_replay=live, live_pairs=cfg.replay.enabled,
         )
         quiet_progress(trainer)  # one short line per step (MetricsCallback), not the raw log dicts too
+        if grpo.process_index == 0:  # the run's resolved config (secrets masked), next to its metrics
+            Path(grpo.output_dir).mkdir(parents=True, exist_ok=True)
+            (Path(grpo.output_dir) / "config.json").write_text(cfg.model_dump_json(indent=2))
         trainer.train(resume_from_checkpoint=True if resume else None)
         trainer.save_model(str(Path(grpo.output_dir) / "final"))
         state = trainer._channel_state
