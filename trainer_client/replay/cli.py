@@ -15,8 +15,9 @@ from tqdm import tqdm
 from env_client import EnvAuthError, resolve_token, split_token
 
 from .agreement import AgreementRule
-from .config import ReplayConfigError, load_teachers
+from .config import ReplayConfigError, TeachersFile, load_teachers
 from .gating import GatingConfig
+from .local import SERVE_PRESETS, LocalServeOptions, LocalTeachers, parse_local_teacher
 from .models import StateRecord
 from .normalize import NormalizeConfig
 from .replay import ReplayOptions, ReplayResult, replay
@@ -35,6 +36,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="environment variable holding the env server's bearer token (default: %(default)s)")
     p.add_argument("--teachers", metavar="FILE",
                    help="teachers YAML (default: the packaged three teachers of the design docs)")
+    loc = p.add_argument_group("local teachers (instead of --teachers: no API keys, price 0)")
+    loc.add_argument("--local-teacher", action="append", default=[], metavar="[NAME=]CHECKPOINT",
+                     help="serve this checkpoint directory on loopback and use it as a teacher (repeatable)")
+    loc.add_argument("--local-serve", choices=sorted(SERVE_PRESETS), default="transformers",
+                     help="server per checkpoint: transformers serve (CPU) or vllm (GPU) (default: %(default)s)")
+    loc.add_argument("--local-device", default="cpu", help="device for transformers serve (default: %(default)s)")
+    loc.add_argument("--local-threads", type=int, metavar="N", help="CPU threads per local server")
+    loc.add_argument("--local-max-tokens", type=int, default=256, metavar="N",
+                     help="output cap per local teacher answer (default: %(default)s)")
+    loc.add_argument("--local-log-dir", metavar="DIR", help="keep the local servers' logs here")
     p.add_argument("--out", required=True, metavar="JSONL", help="normalized pairs output")
     p.add_argument("--max-usd", type=float, default=float("inf"), metavar="X",
                    help="hard ceiling on teacher spend (default: none)")
@@ -84,7 +95,28 @@ def _write_jsonl(path: str, rows) -> None:
 
 async def _run(args: argparse.Namespace) -> ReplayResult:
     teachers = load_teachers(args.teachers)
-    states = await _load_states(args)
+    return await _replay(args, await _load_states(args), teachers)
+
+
+def _local_teachers(args: argparse.Namespace) -> LocalTeachers:
+    if args.teachers:
+        raise ReplayConfigError("--teachers and --local-teacher are alternatives: give one of them")
+    options = LocalServeOptions(serve=args.local_serve, device=args.local_device, threads=args.local_threads,
+                                max_tokens=args.local_max_tokens, log_dir=args.local_log_dir)
+    return LocalTeachers([parse_local_teacher(v) for v in args.local_teacher], options)
+
+
+def _run_local(args: argparse.Namespace) -> ReplayResult:
+    """Traces first (a bad trace fails before any server starts), then the local servers."""
+    local = _local_teachers(args)
+    states = asyncio.run(_load_states(args))
+    with local:
+        print("local teachers: " + ", ".join(f"{s.name} at {s.base_url} (up in {s.startup_s:.1f}s)"
+                                             for s in local.servers), file=sys.stderr)
+        return asyncio.run(_replay(args, states, local.teachers))
+
+
+async def _replay(args: argparse.Namespace, states: list[StateRecord], teachers: TeachersFile) -> ReplayResult:
     opts = ReplayOptions(
         max_total_usd=args.max_usd,
         gating=GatingConfig(mode=args.gate, entropy_threshold=args.entropy_threshold),
@@ -111,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
-        result = asyncio.run(_run(args))
+        result = _run_local(args) if args.local_teacher else asyncio.run(_run(args))
     except (ReplayConfigError, TraceError, EnvAuthError, httpx.HTTPError, OSError) as exc:
         print(f"replay: error: {exc}", file=sys.stderr)
         return 2
