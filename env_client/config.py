@@ -31,6 +31,8 @@ class ClientConfig(BaseModel):
                                    "wait up to this long for a free slot before failing (0: fail at once)")
     capacity_poll_s: float = Field(0.5, gt=0, description="first retry delay while waiting for capacity; x1.5 "
                                    "per try, at most 5 s")
+    record_episodes: bool = Field(True, description="keep each session's episode in memory for "
+                                  "`session.export()` (training records; docs/client.md)")
     token: SecretStr | None = Field(None, description="bearer token of the replicas (the CLI: --env-token or "
                                     f"{TOKEN_ENV}); a `?token=` on a replica's URL wins for that replica")
 

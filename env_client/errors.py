@@ -1,5 +1,8 @@
 """Typed errors of the env client: one root, each also the matching stdlib type; server error
-codes (the contract's ErrorCode) map to their own classes."""
+codes (the contract's ErrorCode) map to their own classes, whether they came in an `error`
+frame (/ws, /mux) or an HTTP error body (`{"error": {"code", "message"}}`).
+
+Tool failures are not exceptions: they are observations with `metadata.error_kind`."""
 
 from __future__ import annotations
 
@@ -7,8 +10,9 @@ from env_server.protocol import ErrorCode  # public wire types only
 
 from .config import TOKEN_ENV
 
-__all__ = ["EnvAuthError", "EnvCapacityError", "EnvClientError", "EnvConnectionError", "EnvSandboxError",
-           "EnvServerError", "EnvSessionError", "EnvTimeoutError", "NoLiveReplicaError", "server_error"]
+__all__ = ["EnvAuthError", "EnvCapacityError", "EnvClientError", "EnvConnectionError", "EnvForkError", "EnvNotFoundError",
+           "EnvRequestError", "EnvSandboxError", "EnvServerError", "EnvSessionError", "EnvTimeoutError",
+           "MissingDependencyError", "NoLiveReplicaError", "http_error", "server_error"]
 
 
 class EnvClientError(Exception):
@@ -36,14 +40,20 @@ class EnvAuthError(EnvClientError, PermissionError):
         self.url = url
 
 
-class EnvServerError(EnvClientError):
-    """An `error` frame from the server; `code` is the wire code."""
+class MissingDependencyError(EnvClientError, ImportError):
+    """An optional dependency of one feature is not installed (e.g. pyarrow for Parquet export)."""
 
-    def __init__(self, code: str, message: str, data: dict | None = None):
+
+class EnvServerError(EnvClientError):
+    """An error the server answered with; `code` is the wire code (ErrorCode), `status` the HTTP
+    status when it came over HTTP (None on a socket)."""
+
+    def __init__(self, code: str, message: str, data: dict | None = None, status: int | None = None):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
         self.data = data or {}
+        self.status = status
 
 
 class EnvCapacityError(EnvServerError):
@@ -58,6 +68,19 @@ class EnvSandboxError(EnvServerError):
     """SANDBOX_ERROR: an infrastructure failure on the replica; the session may be gone."""
 
 
+class EnvForkError(EnvServerError):
+    """FORK_UNAVAILABLE: the recorded episode's workspace at step t cannot be restored exactly
+    (docs/rfcs/009-episode-fork.md); nothing was started."""
+
+
+class EnvNotFoundError(EnvServerError, LookupError):
+    """EPISODE_NOT_FOUND, STEP_OUT_OF_RANGE, TASK_NOT_FOUND: what was asked for does not exist."""
+
+
+class EnvRequestError(EnvServerError, ValueError):
+    """The request itself was malformed (bad JSON, unknown type, invalid envelope, frame too large)."""
+
+
 _ERRORS_BY_CODE: dict[str, type[EnvServerError]] = {
     ErrorCode.CAPACITY_REACHED.value: EnvCapacityError,
     ErrorCode.SESSION_ERROR.value: EnvSessionError,
@@ -66,10 +89,36 @@ _ERRORS_BY_CODE: dict[str, type[EnvServerError]] = {
     ErrorCode.NO_EPISODE.value: EnvSessionError,
     ErrorCode.EPISODE_DONE.value: EnvSessionError,
     ErrorCode.SANDBOX_ERROR.value: EnvSandboxError,
+    ErrorCode.EPISODE_NOT_FOUND.value: EnvNotFoundError,
+    ErrorCode.STEP_OUT_OF_RANGE.value: EnvNotFoundError,
+    ErrorCode.TASK_NOT_FOUND.value: EnvNotFoundError,
+    ErrorCode.INVALID_JSON.value: EnvRequestError,
+    ErrorCode.UNKNOWN_TYPE.value: EnvRequestError,
+    ErrorCode.VALIDATION_ERROR.value: EnvRequestError,
+    ErrorCode.INVALID_ACTION.value: EnvRequestError,
+    ErrorCode.FRAME_TOO_LARGE.value: EnvRequestError,
+    ErrorCode.FORK_UNAVAILABLE.value: EnvForkError,
 }
+#: codes that stay the generic EnvServerError on purpose (a failure of the server or of the request's
+#: execution, nothing a client can act on by type); UNAUTHORIZED is EnvAuthError (never retried)
+GENERIC_CODES = frozenset({ErrorCode.EXECUTION_ERROR.value, ErrorCode.FACTORY_ERROR.value,
+                           ErrorCode.INTERNAL_ERROR.value})
 
 
-def server_error(data: dict) -> EnvServerError:
-    """The typed exception for an `error` frame's data."""
+def server_error(data: dict, status: int | None = None) -> EnvServerError:
+    """The typed exception for an `error` frame's data (or an HTTP error body's `error`)."""
     code = str(data.get("code", "UNKNOWN"))
-    return _ERRORS_BY_CODE.get(code, EnvServerError)(code, str(data.get("message", "")), data)
+    return _ERRORS_BY_CODE.get(code, EnvServerError)(code, str(data.get("message", "")), data, status)
+
+
+def http_error(status: int, body: object, url: str) -> EnvClientError:
+    """The typed exception for an HTTP error response: `EnvAuthError` for 401/403 or UNAUTHORIZED,
+    the code's class for a `{"error": {"code", "message"}}` body, else `EnvServerError` with
+    code `HTTP_<status>` (a proxy's page, an unknown route)."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if status in (401, 403) or (isinstance(error, dict) and error.get("code") == ErrorCode.UNAUTHORIZED.value):
+        return EnvAuthError(url)
+    if isinstance(error, dict) and "code" in error:
+        return server_error(error, status)
+    detail = body.get("detail") if isinstance(body, dict) else body
+    return EnvServerError(f"HTTP_{status}", str(detail or "")[:300], {}, status)

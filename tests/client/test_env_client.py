@@ -24,7 +24,7 @@ from env_client import (
     split_token,
 )
 
-from .doubles import MuxServerDouble, free_port
+from trainer.doubles import MuxServerDouble, free_port  # tests/ is on sys.path (tests/conftest.py)
 
 FAST = ClientConfig(reconnect_attempts=2, reconnect_backoff_s=0.05, connect_timeout_s=2, request_timeout_s=10)
 
@@ -210,6 +210,41 @@ def test_backpressure_bounds_in_flight(server):
         watcher.cancel()
         assert peak == 2
         assert elapsed >= 0.55  # 6 calls, 2 at a time, 0.2 s each
+        await conn.close()
+
+    run(main())
+
+
+def test_many_sessions_timeouts_and_handover(server):
+    """Replies always reach their own request: readers hand over (a request reading for itself, then the
+    reader task) while requests time out, finish and queue behind `max_in_flight` at random."""
+    import random
+
+    async def main():
+        conn = MuxConnection(server.url, FAST.model_copy(update={"max_in_flight": 8}))
+        sessions = [RemoteSession(conn) for _ in range(24)]
+        await asyncio.gather(*(s.reset(instance_id=f"t{i}") for i, s in enumerate(sessions)))
+        rng = random.Random(17)
+        outcomes = {"ok": 0, "timeout": 0}
+
+        async def drive(i: int, session: RemoteSession) -> None:
+            for k in range(8):
+                if rng.random() < 0.2:  # a slow step that times out: its late reply must be dropped
+                    with pytest.raises(EnvTimeoutError):
+                        await session.call_tool("bash", {"command": "sleep 0.15"}, timeout_s=0.05)
+                    outcomes["timeout"] += 1
+                else:
+                    out = await session.call_tool("bash", {"command": f"echo s{i}-{k}"})
+                    assert out["output"] == f"s{i}-{k}"
+                    outcomes["ok"] += 1
+                await asyncio.sleep(rng.random() * 0.02)
+
+        await asyncio.gather(*(drive(i, s) for i, s in enumerate(sessions)))
+        assert outcomes["timeout"] > 0 and outcomes["ok"] > 100
+        assert conn.in_flight == 0 and conn.reconnects == 0
+        await asyncio.sleep(0.2)  # late replies arrive with nobody waiting
+        for i, s in enumerate(sessions[:3]):  # and are dropped by the next reader
+            assert (await s.call_tool("bash", {"command": f"echo again{i}"}))["output"] == f"again{i}"
         await conn.close()
 
     run(main())

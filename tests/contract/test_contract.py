@@ -113,3 +113,35 @@ def test_a_task_record_loads_as_the_servers_task(tmp_path):
     assert task.repo_path == (tmp_path / "repo").resolve() and task.tests == ["t.py::test_a"]
     shared = set(TaskRecord.model_fields) - {"repo_path", "python_env"}
     assert all(getattr(task, f) == getattr(record, f) for f in shared)
+
+
+def test_every_error_code_the_env_can_send_has_a_client_class():
+    """A code is mapped to its own exception class, is UNAUTHORIZED (EnvAuthError), or is one of the
+    few declared generic ones; a new code in the contract fails here until the client decides."""
+    from env_client.errors import _ERRORS_BY_CODE, GENERIC_CODES, EnvAuthError, EnvServerError, server_error
+    from env_server.protocol import ErrorCode
+
+    for code in ErrorCode:
+        if code is ErrorCode.UNAUTHORIZED:
+            continue
+        assert (code.value in _ERRORS_BY_CODE) != (code.value in GENERIC_CODES), code
+        err = server_error({"code": code.value, "message": "m"})
+        assert isinstance(err, EnvServerError) and err.code == code.value
+        assert (type(err) is EnvServerError) == (code.value in GENERIC_CODES), code
+    assert issubclass(EnvAuthError, PermissionError)
+
+
+def test_a_live_pair_records_where_it_came_from():
+    """The live loop's provenance fields (source, train_step, fork verification) survive the loss's reader."""
+    pair = PairRecord(
+        state_id="e1:2", messages=[{"role": "user", "content": "fix"}], tools=[],
+        chosen=ToolCall(tool_name="str_replace", arguments={"path": "a.py", "old": "-", "new": "+"}),
+        rejected=ToolCall(tool_name="submit"), n_teachers_agreeing=1,
+        provenance=PairProvenance(episode_id="e1", t=2, teachers=["a", "b"], agreeing=["a"], verification="fork",
+                                  rewards={"a": 1.0, "student": 0.0}, forks={"a": "f1", "student": "f2"},
+                                  source="live", train_step=3))
+    assert PairRecord.model_validate_json(pair.model_dump_json()) == pair
+    old = json.loads(pair.model_dump_json())
+    for key in ("verification", "rewards", "forks", "source", "train_step"):
+        del old["provenance"][key]
+    assert PairRecord.model_validate(old).provenance.source == "offline"  # records written before still load

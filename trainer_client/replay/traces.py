@@ -4,6 +4,10 @@ The env server's `GET /episodes/{id}/trace` streams its compact episode log (a `
 record, then one `step` record per action); the state(t) records themselves come from
 `GET /episodes/{id}/state/{t}`, so the server stays the one place that rebuilds what the
 student saw. A trace body that already holds state(t) records is accepted as is.
+
+The HTTP work is the client library's (`env_client.AsyncHttpClient`: the token in the header
+only, typed errors); an unknown episode or step is a `TraceError` here, a refused token
+`EnvAuthError`.
 """
 
 from __future__ import annotations
@@ -13,9 +17,7 @@ import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-import httpx
-
-from env_client import EnvAuthError, auth_headers
+from env_client import AsyncHttpClient, EnvAuthError, EnvServerError
 
 from .models import StateRecord
 
@@ -52,45 +54,69 @@ def read_trace_files(paths: Iterable[str | Path]) -> list[StateRecord]:
     return states
 
 
-def env_client(token: str | None = None, timeout: float = 60.0) -> httpx.AsyncClient:
-    """An HTTP client for the env server, sending `Authorization: Bearer <token>` when given."""
-    return httpx.AsyncClient(headers=auth_headers(token), timeout=timeout)
+class EnvHttp:
+    """The env servers' HTTP APIs under one token: one `AsyncHttpClient` per base URL (`async with`
+    closes them)."""
+
+    def __init__(self, token: str | None = None, timeout: float = 60.0):
+        self._token = token
+        self._timeout = timeout
+        self._clients: dict[str, AsyncHttpClient] = {}
+
+    def at(self, base_url: str) -> AsyncHttpClient:
+        if base_url not in self._clients:
+            self._clients[base_url] = AsyncHttpClient(base_url, token=self._token, timeout_s=self._timeout)
+        return self._clients[base_url]
+
+    async def aclose(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        await asyncio.gather(*(c.aclose() for c in clients))
+
+    async def __aenter__(self) -> "EnvHttp":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
-def _raise_for_status(resp: httpx.Response, base_url: str) -> None:
-    """EnvAuthError for a refused token (401/403), httpx's error for any other failure."""
-    if resp.status_code in (401, 403):
-        raise EnvAuthError(base_url)
-    resp.raise_for_status()
+def env_client(token: str | None = None, timeout: float = 60.0) -> EnvHttp:
+    """HTTP access to env servers, sending `Authorization: Bearer <token>` when given."""
+    return EnvHttp(token, timeout)
 
 
-async def fetch_state(client: httpx.AsyncClient, base_url: str, episode_id: str, t: int) -> StateRecord:
+def _http(client: EnvHttp | AsyncHttpClient, base_url: str) -> AsyncHttpClient:
+    return client if isinstance(client, AsyncHttpClient) else client.at(base_url)
+
+
+async def fetch_state(client: EnvHttp | AsyncHttpClient, base_url: str, episode_id: str, t: int) -> StateRecord:
     """`GET {base}/episodes/{episode_id}/state/{t}`: one record as JSON."""
-    url = f"{base_url.rstrip('/')}/episodes/{episode_id}/state/{t}"
-    resp = await client.get(url)
-    _raise_for_status(resp, base_url)
+    http = _http(client, base_url)
+    url = f"{http.url}/episodes/{episode_id}/state/{t}"
     try:
-        return StateRecord.model_validate(resp.json())
+        record = await http.state_json(episode_id, t)
+    except EnvAuthError:
+        raise
+    except EnvServerError as exc:
+        raise TraceError(f"{url}: {exc}") from exc
+    try:
+        return StateRecord.model_validate(record)
     except Exception as exc:
         raise TraceError(f"{url}: not a state(t) record: {exc}") from exc
 
 
-async def fetch_trace(client: httpx.AsyncClient, base_url: str, episode_id: str,
+async def fetch_trace(client: EnvHttp | AsyncHttpClient, base_url: str, episode_id: str,
                       max_parallel: int = 8) -> list[StateRecord]:
     """state(t) for every step of an episode that has a student action (t = 0 .. steps-1)."""
-    url = f"{base_url.rstrip('/')}/episodes/{episode_id}/trace"
-    resp = await client.get(url)
-    _raise_for_status(resp, base_url)
-    lines = []
-    for line in resp.text.splitlines():
-        if not line.strip():
-            continue
-        try:
-            lines.append(json.loads(line))
-        except json.JSONDecodeError:  # a torn last line of a live or crashed episode
-            break
+    http = _http(client, base_url)
+    url = f"{http.url}/episodes/{episode_id}/trace"
+    try:
+        lines = await http.trace_records(episode_id)
+    except EnvAuthError:
+        raise
+    except EnvServerError as exc:
+        raise TraceError(f"{url}: {exc}") from exc
     if lines and "messages" in lines[0]:
-        return list(parse_jsonl(resp.text, url))
+        return list(parse_jsonl("\n".join(json.dumps(line) for line in lines), url))
     if not lines or lines[0].get("kind") != "reset":
         raise TraceError(f"{url}: trace does not start with a reset record")
     n_steps = sum(1 for rec in lines[1:] if rec.get("kind") == "step")
@@ -98,6 +124,6 @@ async def fetch_trace(client: httpx.AsyncClient, base_url: str, episode_id: str,
 
     async def one(t: int) -> StateRecord:
         async with sem:
-            return await fetch_state(client, base_url, episode_id, t)
+            return await fetch_state(http, base_url, episode_id, t)
 
     return list(await asyncio.gather(*(one(t) for t in range(n_steps))))
