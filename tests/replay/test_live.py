@@ -39,7 +39,7 @@ def test_finished_episodes_become_pairs_in_the_background(env_url):  # noqa: F81
             started = time.monotonic()
             loop.submit([FinishedEpisode(ep, f"ws://{env_url.split('://')[1]}/mux", train_step=7) for ep in episodes])
             assert time.monotonic() - started < 0.5  # submit never waits for teachers
-            assert loop.wait_idle(120)
+            assert loop.wait_idle(600)
             pairs = loop.drain()
         finally:
             loop.close()
@@ -63,7 +63,7 @@ def test_error_sites_are_replayed_first(env_url):  # noqa: F811
         loop.start()
         try:
             loop.submit([FinishedEpisode(ep, env_url, train_step=0)])
-            assert loop.wait_idle(120)
+            assert loop.wait_idle(600)
             bodies = fake.bodies()
         finally:
             loop.close()
@@ -82,7 +82,7 @@ def test_the_budget_ceiling_holds_across_rounds(env_url):  # noqa: F811
         try:
             for ep in episodes:  # one round per episode
                 loop.submit([FinishedEpisode(ep, env_url, train_step=0)])
-                assert loop.wait_idle(120)
+                assert loop.wait_idle(600)
             calls = len(fake.bodies())
         finally:
             loop.close()
@@ -98,7 +98,7 @@ def test_state_dict_carries_spend_queue_and_undelivered_pairs(env_url):  # noqa:
         loop.start()
         try:
             loop.submit([FinishedEpisode(ep, env_url, train_step=3)])
-            assert loop.wait_idle(120)
+            assert loop.wait_idle(600)
         finally:
             loop.close()
     loop.submit([FinishedEpisode("not-run-yet", env_url, train_step=4)])  # closed: stays queued
@@ -160,7 +160,7 @@ def test_fork_verification_keeps_only_actions_graded_better(six_url):
         loop.start()
         try:
             loop.submit([FinishedEpisode(ep, env_url, train_step=1)])
-            assert loop.wait_idle(180)
+            assert loop.wait_idle(600)
             pairs = loop.drain()
         finally:
             loop.close()

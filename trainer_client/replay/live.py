@@ -183,7 +183,11 @@ class LiveReplay:
                         batch = list(self._pending)
                         self._pending.clear()
                     if batch:
-                        await self._round(http, batch)
+                        try:
+                            await self._round(http, batch)
+                        except Exception as exc:  # noqa: BLE001 - one bad round loses its episodes only
+                            self._count(round_errors=1, episodes_lost=len(batch))
+                            log.warning("replay round of %d episode(s) failed: %r", len(batch), exc)
                     with self._lock:
                         if not self._pending:
                             self._idle.set()
