@@ -409,6 +409,14 @@ def estimate_for_config(cfg: Any, *, device_memory_gb: float | None = None,
         loss_chunk_tokens=int(loss.get("chunk_size", 256)) or 256,
         runtime_reserve_gb=hw.runtime_reserve_gb,
     )
+    live_dpo = cfg.replay.enabled and cfg.peft is None and float(loss.get("beta", 0.05)) > 0 \
+        and loss.get("pref_loss", "dpo") == "dpo"
+    if live_dpo:  # pairs that arrive mid-run are scored by the initial weights, loaded whole on every device
+        P = facts.num_params
+        est.rows.append(Row("DPO reference (live pairs)", f"P {_g(P)} x 2 (initial weights, unsharded)", P * 2,
+                            ("train",)))
+        est.notes.append("replay.enabled with DPO and no PEFT keeps a frozen copy of the initial weights for the "
+                         "live pairs' references: use PEFT (adapters disabled = reference) or loss.pref_loss=simpo")
     if procs is not None and num_devices is None and hw.num_devices and hw.num_devices != procs:
         est.problems.append(f"hardware.num_devices {hw.num_devices} != num_processes {procs} of {hw.accelerate_config}")
     return est

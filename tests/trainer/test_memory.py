@@ -120,3 +120,14 @@ def test_dry_run_refuses_a_config_that_does_not_fit(capsys):
     fsdp = ["train", "--config", str(CONFIGS / "gpu_7b_fsdp8.yaml"), "--dry-run", "--set", "data.instance_ids=[t]"]
     assert main(fsdp + ["--num-devices", "2"]) == 1  # the same full fine-tune sharded over 2 GPUs only
     assert "devices: 2 x 80 GB, sharding: fsdp" in capsys.readouterr().out
+
+
+def test_live_replay_with_dpo_counts_the_initial_weights_unless_peft_or_simpo():
+    cfgs = Path(trainer_client.__file__).parent / "configs"
+    base = estimate_for_config(load_config(cfgs / "gpu_7b_fsdp8.yaml"))
+    live = ["replay.enabled=true", "replay.teachers=teachers.yaml"]
+    with_ref = estimate_for_config(load_config(cfgs / "gpu_7b_fsdp8.yaml", live))
+    assert with_ref.phase_gb("train") - base.phase_gb("train") == pytest.approx(with_ref.facts.num_params * 2 / GB)
+    simpo = estimate_for_config(load_config(cfgs / "gpu_7b_fsdp8.yaml", [*live, "loss.pref_loss=simpo"]))
+    lora = estimate_for_config(load_config(cfgs / "gpu_qwen.yaml", live))
+    assert not any("DPO reference" in r.name for r in simpo.rows + lora.rows)
