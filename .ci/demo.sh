@@ -92,7 +92,7 @@ if [ "$WARMSTART" = 1 ]; then
   echo "   teachers: $TEACH/stage-150 and $TEACH, served by \`transformers serve\` on loopback during training"
   MODEL=(--set "model.name_or_path=$WARM" --set grpo.max_completion_length=384
          --set loss.beta=0.5 --set replay.enabled=true --set replay.verify="${DEMO_VERIFY:-fork}"
-         --set "replay.local_models=[\"$TEACH/stage-150\", \"$TEACH\"]" --set replay.min_agreeing=1
+         --set "replay.local_models=[\"stage150=$TEACH/stage-150\", \"stage300=$TEACH\"]" --set replay.min_agreeing=1
          --set replay.states_per_episode=2)
 else
   echo "== 3/5 warm start: skipped (DEMO_WARMSTART=0); 4/5 no teachers"

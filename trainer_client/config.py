@@ -103,7 +103,8 @@ class LiveReplaySection(_Section):
     teachers: str | None = Field(None, description="teachers YAML (OpenAI-compatible endpoints); None with "
                                  "`local_models` set: the run serves those itself")
     local_models: list[str] = Field(default_factory=list, description="checkpoints served as local teachers "
-                                    "(`transformers serve`, one process each) when `teachers` is None")
+                                    "(`transformers serve`, one process each) when `teachers` is None; "
+                                    "`NAME=PATH` names a teacher (default: the directory's name)")
     verify: Literal["agreement", "fork"] = Field("agreement", description="agreement: a pair when enough "
                                                  "teachers agree; fork: each teacher action is executed in a fork "
                                                  "of the episode at step t and graded by the hidden tests")

@@ -242,10 +242,10 @@ def open_live_replay(cfg: Any, output_dir: Path) -> Iterator[LiveReplay]:
         if section.teachers:
             teachers = load_teachers(section.teachers)
         elif section.local_models:
-            from .local import local_teachers
+            from .local import local_teachers, parse_local_teacher
 
-            teachers = stack.enter_context(local_teachers(section.local_models, threads=1,
-                                                          log_dir=output_dir / "teachers"))
+            models = [parse_local_teacher(m) for m in section.local_models]
+            teachers = stack.enter_context(local_teachers(models, threads=1, log_dir=output_dir / "teachers"))
         else:
             raise ReplayConfigError("replay.enabled needs replay.teachers (a teachers file) or replay.local_models")
         options = ReplayOptions(rule=AgreementRule(min_agree=section.min_agreeing))
