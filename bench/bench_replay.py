@@ -6,8 +6,8 @@ tasks), its warm-started policy and its two local teacher checkpoints, on a fres
 
 1. Throughput: states per second replayed through N local teachers (`transformers serve`, real
    HTTP), with agreement only and with fork verification (every proposed action executed in a
-   fork of the episode at step t and graded by the hidden tests). The states come from recorded
-   episodes (a failing view, then a lazy submit) on every task.
+   fork of the episode at step t and graded by the hidden tests). The states are those of the
+   last `make demo` training run's episodes (its traces, served again).
 2. Loop overhead: mean optimizer-step time of `trainer-client train` with the loop off, and on
    (teachers: a zero-cost double answering at once, so the figure is the loop's own cost; and
    the local teachers, whose inference shares this machine's cores), side by side in one run.
@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -74,20 +75,20 @@ def start_server(tasks: Path, data: Path, max_sessions: int = 32) -> tuple[subpr
     raise SystemExit("env server did not start")
 
 
-def record_episodes(url: str, tasks: Path) -> list[str]:
-    """One episode per task: a failing view (an error site), then a lazy submit."""
-    from env_client import EnvClient
-
-    ids = [json.loads(line)["instance_id"] for line in tasks.read_text().splitlines() if line.strip()]
-    episodes = []
-    with EnvClient([url]) as client:
-        for iid in ids:
-            session = client.open(instance_id=iid)
-            session.call_tool("view", {"path": "no/such/file.py"})
-            session.call_tool("submit", {})
-            episodes.append(session.episode_id)
-            session.close()
-    return episodes
+def demo_episodes(data: Path, limit: int = 8) -> list[str]:
+    """Copy the last `make demo` run's traces into `data` and pick up to `limit` of its training
+    episodes (not forks) that took steps: their states are what the loop replays in the demo."""
+    src = ROOT / "runs/demo/env-data/traces"
+    if not src.is_dir():
+        raise SystemExit("bench_replay: run `make demo` once first (its episodes are the states replayed)")
+    shutil.copytree(src, data / "traces")
+    picked = []
+    for path in sorted((data / "traces").glob("*.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True):
+        lines = path.read_text().splitlines()
+        head = json.loads(lines[0]) if lines else {}
+        if head.get("kind") == "reset" and not head.get("fork_of") and len(lines) > 1:
+            picked.append(path.stem)
+    return picked[:limit]
 
 
 def throughput(url: str, episodes: list[str], checkpoints: list[Path], n_teachers: int, verify: bool) -> dict:
@@ -119,7 +120,7 @@ def throughput(url: str, episodes: list[str], checkpoints: list[Path], n_teacher
         wall = time.perf_counter() - started
     s = result.summary
     return {"teachers": n_teachers, "mode": "fork" if verify else "agreement", "states": len(records),
-            "calls_ok": s.calls_ok, "calls": s.calls, "pairs": s.pairs_kept, "wall_s": wall,
+            "calls_ok": s.calls_ok, "calls": s.calls, "pairs": s.pairs_kept, "wall_s": wall, "errors": s.errors,
             "states_per_s": len(records) / wall}
 
 
@@ -137,7 +138,7 @@ def step_times(url: str, tasks: Path, policy: Path, out: Path, steps: int, extra
 
     cfg = load_config(ROOT / "trainer_client/configs/cpu_smoke.yaml", [
         f"model.name_or_path={policy}", f"env.urls=[\"{url}\"]", f"data.tasks={tasks}", f"grpo.output_dir={out}",
-        f"grpo.max_steps={steps + 1}", "grpo.save_strategy=no", "grpo.max_completion_length=384", "output.plot=false",
+        f"grpo.max_steps={steps + 1}", 'grpo.save_strategy="no"', "grpo.max_completion_length=384", "output.plot=false",
         "loss.beta=0.5", *extra])
     original, metrics.MetricsCallback = metrics.MetricsCallback, Timed  # cli.train imports it at call time
     try:
@@ -158,16 +159,18 @@ def main() -> None:
     from fake_teacher import FakeTeacherServer, Reply
 
     with tempfile.TemporaryDirectory() as tmp:
+        episodes = demo_episodes(Path(tmp) / "data")
         proc, url = start_server(tasks, Path(tmp) / "data")
         try:
-            episodes = record_episodes(url, tasks)
-            print(f"replay throughput: {len(episodes)} recorded episodes, 2 states each (error sites first)")
+            print(f"replay throughput: {len(episodes)} episodes of the demo's training run, up to 2 states each "
+                  "(error sites first)")
             print(f"{'teachers':>8} {'mode':>9} {'states':>6} {'calls ok':>9} {'pairs':>5} {'wall s':>7} {'states/s':>8}")
             for n in (int(x) for x in args.teachers.split(",")):
                 for verify in (False, True):
                     r = throughput(url, episodes, checkpoints, n, verify)
                     print(f"{r['teachers']:>8} {r['mode']:>9} {r['states']:>6} {r['calls_ok']:>4}/{r['calls']:<4} "
-                          f"{r['pairs']:>5} {r['wall_s']:>7.1f} {r['states_per_s']:>8.2f}", flush=True)
+                          f"{r['pairs']:>5} {r['wall_s']:>7.1f} {r['states_per_s']:>8.2f}  {r['errors'] or ''}",
+                          flush=True)
             if args.skip_overhead:
                 return
             with FakeTeacherServer(lambda model, body, n: Reply.call("bash", command="git diff")) as double:
