@@ -124,8 +124,9 @@ def throughput(url: str, episodes: list[str], checkpoints: list[Path], n_teacher
             "states_per_s": len(records) / wall}
 
 
-def step_times(url: str, tasks: Path, policy: Path, out: Path, steps: int, extra: list[str]) -> float:
-    """Mean optimizer-step seconds of a `train` run (the first step, with its warm-up, left out)."""
+def step_times(url: str, tasks: Path, policy: Path, out: Path, steps: int, extra: list[str]) -> dict:
+    """Mean optimizer-step seconds of a `train` run (the first step, with its warm-up, left out), and per
+    step: the training thread's seconds on the loop, the loop thread's CPU seconds."""
     import trainer_client.metrics as metrics
     from trainer_client import cli
     from trainer_client.config import load_config
@@ -146,7 +147,13 @@ def step_times(url: str, tasks: Path, policy: Path, out: Path, steps: int, extra
     finally:
         metrics.MetricsCallback = original
     gaps = [b - a for a, b in zip(stamps, stamps[1:])]
-    return sum(gaps) / len(gaps)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if "channels/total" in r][1:]  # the timed steps
+    loop_s = [r["replay/train_thread_s"] for r in rows if "replay/train_thread_s" in r]
+    cpu = [r["replay/thread_cpu_s"] for r in rows if "replay/thread_cpu_s" in r]
+    return {"step_s": sum(gaps) / len(gaps),
+            "train_thread_s": sum(loop_s) / len(loop_s) if loop_s else 0.0,
+            "loop_cpu_s": (cpu[-1] - cpu[0]) / max(1, len(cpu) - 1) if len(cpu) > 1 else 0.0}
 
 
 def main() -> None:
@@ -187,11 +194,14 @@ def main() -> None:
             results.append(("loop on, 2 local teachers", step_times(
                 url, tasks, policy, Path(tmp) / "on_local", args.steps,
                 ["replay.enabled=true", "replay.local_models=[" + ",".join(f'"{c}"' for c in checkpoints[:2]) + "]"])))
-            base = results[0][1]
-            print(f"\nloop overhead: mean step time over {args.steps} steps (first step excluded); the loop-off arm "
-                  "trains on the pairs the double-teacher arm mined, given as a file, so channel 3 does the same work")
-            for name, seconds in results:
-                print(f"  {name:<28} {seconds:6.2f} s  ({(seconds / base - 1) * 100:+.0f}%)")
+            base = results[0][1]["step_s"]
+            print(f"\nloop overhead over {args.steps} steps (first step excluded); the loop-off arm trains on the pairs "
+                  "the double-teacher arm mined, given as a file, so channel 3 does the same work")
+            print(f"  {'arm':<30} {'step s':>7} {'vs off':>7} {'train thread on loop':>21} {'loop thread CPU':>16}")
+            for name, r in results:
+                print(f"  {name:<30} {r['step_s']:>7.2f} {(r['step_s'] / base - 1) * 100:>+6.0f}% "
+                      f"{r['train_thread_s']:>12.3f} s/step {r['loop_cpu_s']:>9.3f} s/step "
+                      f"({r['train_thread_s'] / r['step_s'] * 100:.1f}% / {r['loop_cpu_s'] / r['step_s'] * 100:.1f}%)")
         finally:
             proc.terminate()
             proc.wait(30)

@@ -75,6 +75,7 @@ class ConcurrentToolsMixin:
         reads their traces and asks the teachers in the background (a collective)."""
         from trainer_client.replay.live import FinishedEpisode
 
+        started = time.perf_counter()
         mine = [FinishedEpisode(env.episode_id, env.replica_url, self.state.global_step)
                 for env in getattr(self, "environments", None) or []
                 if getattr(env, "episode_id", None) and env.done and not env.infra_error]
@@ -82,6 +83,7 @@ class ConcurrentToolsMixin:
         loop = getattr(self, "live_replay", None)
         if loop is not None:
             loop.submit(everyone)
+        self.replay_loop_s = getattr(self, "replay_loop_s", 0.0) + time.perf_counter() - started
 
     def _prefetch_resets(self, inputs: list[dict[str, Any]]) -> None:
         """Start every rollout's remote reset at once (TRL's `reset` loop is serial); TRL then hands

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -203,15 +204,23 @@ class ThreeChannelLossMixin:
                     log.warning("three-channel state built after step 0 without a checkpoint's channels.pt: "
                                 "DPO references are not the initial policy")
                 state.prepare_reference(model)
+            if self.live_pairs and config.beta > 0 and config.pref_loss == "dpo":
+                state.reference_model(model)  # load the initial weights now, not inside a step when pairs arrive
             self._channel_state = state
         return self._channel_state
 
     def _take_live_pairs(self, state: ChannelState, model: Any) -> None:
         """The main process drains the loop; every rank adds the same pairs (a collective)."""
+        started = time.perf_counter()
         mine = self.live_replay.drain() if self.live_replay is not None else []
         records = gather_objects(self, [p.model_dump(mode="json") for p in mine])[0]
         if records:
             state.add_pairs(records, model)
+        self.replay_loop_s += time.perf_counter() - started
+
+    #: seconds the training thread spent on the replay loop (queueing episodes, taking pairs, their
+    #: DPO references) since the last logged step: `replay/train_thread_s`
+    replay_loop_s: float = 0.0
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
         state = self._get_channel_state(model)
@@ -251,6 +260,8 @@ class ThreeChannelLossMixin:
         if self.live_replay is not None and mode == "train":
             for name, value in self.live_replay.metrics().items():
                 self._metrics[mode][name].append(value)
+            self._metrics[mode]["replay/train_thread_s"].append(self.replay_loop_s)
+            self.replay_loop_s = 0.0
         return out.total
 
     # ---------------------------------------------------------------- checkpoints

@@ -25,6 +25,7 @@ import asyncio
 import logging
 import math
 import threading
+import time
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -79,6 +80,7 @@ class LiveReplay:
         self.max_total_usd = max_total_usd
         self.verifier = verifier
         self.spent_usd = 0.0
+        self.thread_cpu_s = 0.0  # CPU seconds of the loop's thread (it competes with training for the cores)
         self.counts: Counter = Counter()
         self._pending: deque[FinishedEpisode] = deque(maxlen=max_pending)
         self._replica: dict[str, str] = {}
@@ -136,6 +138,7 @@ class LiveReplay:
         out = {f"replay/{k}": float(v) for k, v in sorted(counts.items()) if "/" not in k}
         out["replay/pending_episodes"] = float(pending)
         out["replay/spent_usd"] = self.spent_usd
+        out["replay/thread_cpu_s"] = self.thread_cpu_s
         return out
 
     def state_dict(self) -> dict[str, Any]:
@@ -197,6 +200,14 @@ class LiveReplay:
                     await close()
 
     async def _round(self, http: Any, batch: list[FinishedEpisode]) -> None:
+        cpu = time.thread_time()
+        try:
+            await self._replay_batch(http, batch)
+        finally:
+            with self._lock:
+                self.thread_cpu_s += time.thread_time() - cpu
+
+    async def _replay_batch(self, http: Any, batch: list[FinishedEpisode]) -> None:
         states: list[StateRecord] = []
         step_of: dict[str, int] = {}
         for episode in batch:
