@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from env_client import ClientConfig
+from env_client.urls import http_base
 
 from env_server.protocol import PairRecord
 
@@ -43,7 +44,7 @@ from .gating import is_error_site, select
 from .models import StateRecord
 from .replay import ReplayOptions, Verifier, replay
 from .traces import env_client, fetch_trace
-from .verify import ForkVerifier, http_base
+from .verify import ForkVerifier
 
 __all__ = ["FinishedEpisode", "LiveReplay", "open_live_replay", "pick_states"]
 

@@ -14,29 +14,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from urllib.parse import urlsplit, urlunsplit
 
 from env_client import ClientConfig, EnvClientError, MuxConnection, RemoteSession
+from env_client.urls import http_base
 
 from .agreement import Verdict
 from .canonical import CanonicalizerConfig, canonical_key
 from .models import StateRecord, ToolAction
 
-__all__ = ["ForkVerifier", "http_base"]
+__all__ = ["ForkVerifier"]
 
 log = logging.getLogger(__name__)
 
 STUDENT = "student"
-
-
-def http_base(url: str) -> str:
-    """`ws://h:p/base/mux` or `http://h:p/base` -> `http://h:p/base` (the replica's HTTP root)."""
-    parts = urlsplit(url if "://" in url else f"http://{url}")
-    scheme = {"ws": "http", "wss": "https"}.get(parts.scheme, parts.scheme)
-    path = parts.path.rstrip("/")
-    if path.endswith("/mux") or path.endswith("/ws"):
-        path = path.rsplit("/", 1)[0]
-    return urlunsplit((scheme, parts.netloc, path, "", ""))
 
 
 class ForkVerifier:
