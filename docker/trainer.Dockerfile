@@ -41,6 +41,7 @@ ARG VARIANT=gpu
 COPY --from=deps /opt/trainer /opt/trainer
 # Only what the package needs (a build from the repository root must not send .venv).
 COPY pyproject.toml README.md /src/
+COPY env_client /src/env_client
 COPY env_server /src/env_server
 COPY sandbox /src/sandbox
 COPY trainer_client /src/trainer_client
