@@ -85,11 +85,12 @@ def env_url(tmp_path):
     sock.close()
 
 
-async def rollout(url: str) -> str:
+async def rollout(url: str, instance_id: str = "calc-1", actions=STUDENT) -> str:
+    """One scripted episode (`actions`: (tool, arguments) pairs); its episode id."""
     pool = env_client.ReplicaPool([url])
     try:
-        session, obs = await pool.open_session(instance_id="calc-1")
-        for tool, args in STUDENT:
+        session, obs = await pool.open_session(instance_id=instance_id)
+        for tool, args in actions:
             await session.call_tool(tool, args)
         await pool.release(session)
         return obs["metadata"]["episode_id"]

@@ -10,7 +10,6 @@ import time
 import httpx
 import pytest
 
-from env_client import ReplicaPool
 from trainer_client.replay.config import TeachersFile
 from trainer_client.replay.agreement import AgreementRule
 from trainer_client.replay.live import FinishedEpisode, LiveReplay
@@ -137,21 +136,9 @@ def six_url(tmp_path_factory):
         yield server.url
 
 
-async def six_rollout(url: str) -> str:
-    pool = ReplicaPool([url])
-    try:
-        session, obs = await pool.open_session(instance_id="six__demo-1")
-        for name, args in SIX_STUDENT:
-            await session.call_tool(name, args)
-        await pool.release(session)
-        return obs["metadata"]["episode_id"]
-    finally:
-        await pool.close()
-
-
 def test_fork_verification_keeps_only_actions_graded_better(six_url):
     env_url = six_url
-    ep = asyncio.run(six_rollout(env_url))
+    ep = asyncio.run(rollout(env_url, "six__demo-1", SIX_STUDENT))
     with FakeTeacherServer(fix_or_look) as fake:
         loop = LiveReplay(TeachersFile.model_validate({"teachers": [
             {"name": "t-a", "model": "t-a", "base_url": fake.base_url, "price_in": 0, "price_out": 0}]}),
