@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -42,22 +41,6 @@ MAX_STEPS = 400       # ... within this many steps (stage early)
 LATE_EXTRA = 40       # stage late: this many steps more
 RECIPE_VERSION = 1
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
-
-
-def make_task(root: Path) -> Path:
-    """A one-task task file: calc.py's add() subtracts (a git repository at its base commit)."""
-    repo = root / "repo"
-    repo.mkdir(parents=True)
-    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    (repo / "test_calc.py").write_text("from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n")
-    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
-    for cmd in (["init", "-q"], ["add", "."], ["commit", "-qm", "init"]):
-        subprocess.run(git + cmd, cwd=repo, check=True)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True)
-    task = {"instance_id": INSTANCE, "problem_statement": "add() subtracts instead of adding; fix it.",
-            "base_commit": commit.stdout.strip(), "repo_path": "repo", "FAIL_TO_PASS": ["test_calc.py::test_add"]}
-    (root / "tasks.jsonl").write_text(json.dumps(task) + "\n")
-    return root / "tasks.jsonl"
 
 
 def served_prompt_ids(tok, state: StateRecord) -> list[int]:

@@ -13,7 +13,6 @@ import json
 import math
 import os
 import socket
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -33,6 +32,7 @@ import env_client  # noqa: E402
 from trainer_client import losses  # noqa: E402
 
 from .fake_teacher import FakeTeacherServer, Reply  # noqa: E402
+from .replay_fixtures import make_task  # noqa: E402
 from trainer_client.replay.cli import add_subcommands  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("bwrap")]  # bwrap: skips without it, fails in CI
@@ -50,21 +50,6 @@ def teacher_script(model: str, body: dict, n: int) -> Reply:
     if t == 2:                                   # 2 of 3 agree -> pair
         return Reply.call("bash", command="cat calc.py") if model != "t-c" else Reply.call("view", path="x.py")
     return Reply.call("bash", command={"t-a": "pwd", "t-b": "ls -la", "t-c": "git status"}[model])
-
-
-def make_task(tmp_path):
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    (repo / "test_calc.py").write_text("from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n")
-    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
-    for cmd in (["init", "-q"], ["add", "."], ["commit", "-qm", "init"]):
-        subprocess.run(git + cmd, cwd=repo, check=True)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True)
-    task = {"instance_id": "calc-1", "problem_statement": "add() subtracts instead of adding; fix it.",
-            "base_commit": commit.stdout.strip(), "repo_path": "repo", "FAIL_TO_PASS": ["test_calc.py::test_add"]}
-    (tmp_path / "tasks.jsonl").write_text(json.dumps(task) + "\n")
-    return tmp_path / "tasks.jsonl"
 
 
 @pytest.fixture

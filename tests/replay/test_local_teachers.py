@@ -44,6 +44,7 @@ from trainer_client.replay.local import (  # noqa: E402
 )
 
 from . import local_teacher_models as ltm  # noqa: E402
+from .replay_fixtures import make_task  # noqa: E402
 
 TEACHERS_FILE = Path(__file__).resolve().parents[2] / "trainer_client" / "replay" / "teachers.default.yaml"
 
@@ -92,7 +93,7 @@ def env_trace(bwrap, tmp_path_factory):
     from trainer_client.replay.traces import fetch_trace
 
     root = tmp_path_factory.mktemp("local-teachers-env")
-    tasks = ltm.make_task(root)
+    tasks = make_task(root, ltm.INSTANCE)
 
     async def record(url: str):
         pool = env_client.ReplicaPool([url])

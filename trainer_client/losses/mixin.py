@@ -29,7 +29,7 @@ from .compose import ChannelOutputs, compute_channels, has_error_sites
 from .config import LossConfig
 from .hints import HintSource, load_hint_source
 from .model_io import capture_final_hidden, is_peft_model
-from .pairs import EncodedPair, PairSampler, PreferencePair, encode_pair, load_pairs
+from .pairs import EncodedPair, PairSampler, PreferencePair, encode_pair, load_pair_records
 from .replay import ReferenceLogps
 from .taid import TAIDScheduler
 from .teacher_context import HintRenderer
@@ -88,7 +88,7 @@ class ChannelState:
         self._reference_model: Any = None
         self.pairs_refused = 0
         if config.pairs_path and config.beta > 0:
-            self._append([_pair_dict(p) for p in load_pairs(config.pairs_path)])
+            self._append(load_pair_records(config.pairs_path))
         self.taid = (
             TAIDScheduler(config.taid_total_steps, config.taid_t, config.taid_t_end, config.taid_alpha, config.taid_momentum)
             if config.divergence == "taid" and config.taid_adaptive
@@ -167,13 +167,6 @@ class ChannelState:
         if self.taid is not None and state.get("taid"):
             self.taid.load_state_dict(state["taid"])
         self.pairs_refused = int(state.get("pairs_refused", 0))
-
-
-def _pair_dict(pair: PreferencePair) -> dict:
-    return {"state_id": pair.state_id, "messages": pair.messages, "tools": pair.tools,
-            "chosen": {"tool_name": pair.chosen.tool_name, "arguments": pair.chosen.arguments},
-            "rejected": {"tool_name": pair.rejected.tool_name, "arguments": pair.rejected.arguments},
-            "n_teachers_agreeing": pair.n_teachers_agreeing, "provenance": pair.provenance}
 
 
 class ThreeChannelLossMixin:

@@ -19,7 +19,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from env_server.protocol import PairRecord
 
-__all__ = ["EncodedPair", "PairSampler", "PreferencePair", "ToolAction", "collate_pairs", "encode_pair", "load_pairs"]
+__all__ = ["EncodedPair", "PairSampler", "PreferencePair", "ToolAction", "collate_pairs", "encode_pair", "load_pair_records",
+           "load_pairs"]
 
 
 def _arguments(args: Any) -> dict:
@@ -81,18 +82,29 @@ def _normalize_message(m: Mapping[str, Any]) -> dict:
     return m
 
 
-def load_pairs(path: str | Path) -> list[PreferencePair]:
-    """All records of a pairs JSONL (blank lines skipped; a bad line names its number)."""
-    pairs = []
+def load_pair_records(path: str | Path) -> list[dict]:
+    """Every record of a pairs JSONL as the contract's `PairRecord` dump (blank lines skipped; a bad line
+    names its number)."""
+    records = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:  # the contract's record first: a pair the env side would not write is refused here
-                record = PairRecord.model_validate_json(line)
-                pairs.append(PreferencePair.from_dict(record.model_dump()))
-            except (KeyError, ValueError, TypeError) as e:
+                records.append(PairRecord.model_validate_json(line).model_dump())
+            except ValueError as e:
                 raise ValueError(f"{path}:{n}: bad pair record: {e}") from e
+    return records
+
+
+def load_pairs(path: str | Path) -> list[PreferencePair]:
+    """All records of a pairs JSONL, ready to encode."""
+    pairs = []
+    for n, record in enumerate(load_pair_records(path), 1):
+        try:
+            pairs.append(PreferencePair.from_dict(record))
+        except (KeyError, ValueError, TypeError) as e:
+            raise ValueError(f"{path}: pair {n}: bad pair record: {e}") from e
     return pairs
 
 
