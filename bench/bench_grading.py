@@ -11,13 +11,13 @@ The total row is the median over tasks of the per-task p50s, and its overhead.
 * before: ``legacy_grade`` below, a baseline re-implementation of the previous grader
   (apply the agent diff and the test_patch, run pytest straight in the workspace, read the
   JUnit report back). It exists only here, to measure against.
-* after: the current ``env_server.grading.grade_submission`` (grading kit staged into the
-  sandbox, pytest under a supervisor with canaries and an outcome channel, cross-checks),
-  with the result cache off.
+* after: the current ``env_server.grading.grade_submission`` (canaries planted in the test
+  modules, the graded tree's history rebuilt, the tests run as the only shell of the sandbox
+  behind a Landlock wall, the log checked against the canaries), with the result cache off.
 
 Tasks: the demo task plus the cached small pack of real tasks (``tests/taskpack.py``,
 3 tasks), or every task of ``--tasks FILE`` (e.g. one built by ``env-server tasks build``).
-Target: the defences add at most 10% (overall overhead). A pipe ping-pong round trip
+Target: the defences add at most 15% (overall overhead) to a grader with none. A pipe ping-pong round trip
 measured before and after the run tells how busy the machine was.
 """
 
@@ -44,7 +44,7 @@ from env_server.task import TaskInstance, load_tasks  # noqa: E402
 from machine import pipe_round_trip_us  # noqa: E402
 from sandbox import SandboxConfig, open_sandbox  # noqa: E402
 
-TARGET_OVERHEAD = 0.10  # the defences add at most 10% to the grading p50
+TARGET_OVERHEAD = 0.15  # the defences add at most 15% to the grading p50
 TIMEOUT_S = 300
 
 

@@ -2,7 +2,7 @@
 
 Production mode in OpenEnv's terms: no HTTP ``/reset`` ``/step`` ``/state``
 (sessions live on WebSockets or HTTP MCP sessions); finished episodes are read
-back over ``/episodes/...``.
+back over ``/episodes/...``. Auth and who sees what: ``env_server/auth.py``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import TypeAdapter
 
-from .auth import token_ok
+from .auth import Authenticator, Identity, redact_server_logs
 from .config import ServerConfig
 from .errors import ProtocolError
 from .mcp import PARSE_ERROR, handle_jsonrpc
@@ -37,13 +37,16 @@ def uvicorn_config(app: FastAPI, config: ServerConfig, host: str, port: int, log
 
     uvloop when installed (uvicorn's default pick), keep-alive pings, frames up to twice
     the protocol's frame limit (oversized frames get a clear error frame, not a dropped
-    socket), and no permessage-deflate (see docs/protocol.md).
+    socket), and no permessage-deflate (see docs/protocol.md). Token values never reach uvicorn's
+    logs (the access log prints query strings, ``?token=`` included): see ``RedactSecrets``.
     """
     import uvicorn
 
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
-                          ws_max_size=config.max_frame_bytes * 2, ws_ping_interval=20, ws_ping_timeout=60,
-                          ws_per_message_deflate=False)
+    settings = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
+                              ws_max_size=config.max_frame_bytes * 2, ws_ping_interval=20, ws_ping_timeout=60,
+                              ws_per_message_deflate=False)
+    redact_server_logs()  # after uvicorn.Config set up its loggers and handlers
+    return settings
 
 
 def create_app(config: ServerConfig, tasks: list[TaskInstance] | None = None) -> FastAPI:
@@ -51,6 +54,7 @@ def create_app(config: ServerConfig, tasks: list[TaskInstance] | None = None) ->
     tasks = tasks if tasks is not None else load_tasks(config.tasks_path)
     check_backend(tasks, config.sandbox.backend)
     service = EnvService(config, tasks)
+    auth = Authenticator.from_config(config)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -64,19 +68,20 @@ def create_app(config: ServerConfig, tasks: list[TaskInstance] | None = None) ->
     app = FastAPI(title="swe-openenv env server", version=PROTOCOL_VERSION, lifespan=lifespan)
     app.state.service = service
 
-    async def require_token(request: Request) -> None:
-        if not token_ok(config.auth_token, request.headers, request.query_params):
-            raise ProtocolError(ErrorCode.UNAUTHORIZED, "missing or wrong bearer token")
+    async def identify(request: Request) -> Identity:
+        """The caller of an HTTP route: ``Authorization: Bearer`` only (``?token=`` is refused)."""
+        return auth.http(request.headers, request.query_params)
 
     @app.exception_handler(ProtocolError)
     async def _protocol_error(_: Request, exc: ProtocolError) -> JSONResponse:
-        return JSONResponse({"error": exc.data()}, status_code=_STATUS.get(exc.code, 400))
+        headers = {"WWW-Authenticate": "Bearer"} if exc.code is ErrorCode.UNAUTHORIZED else None
+        return JSONResponse({"error": exc.data()}, status_code=_STATUS.get(exc.code, 400), headers=headers)
 
     @app.get("/health")
     async def health() -> dict[str, str]:
         return {"status": "healthy"}
 
-    api = APIRouter(dependencies=[Depends(require_token)])
+    api = APIRouter(dependencies=[Depends(identify)])
 
     @api.get("/metadata")
     async def metadata() -> dict[str, Any]:
@@ -93,29 +98,29 @@ def create_app(config: ServerConfig, tasks: list[TaskInstance] | None = None) ->
                 "state": EpisodeState.model_json_schema(), "state_record": StateRecord.model_json_schema()}
 
     @api.post("/mcp")
-    async def mcp(request: Request) -> dict[str, Any]:
+    async def mcp(request: Request, identity: Identity = Depends(identify)) -> dict[str, Any]:
         try:
             body = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             return {"jsonrpc": "2.0", "id": None, "error": {"code": PARSE_ERROR, "message": f"Parse error: {exc}"}}
-        return await handle_jsonrpc(service, body)
+        return await handle_jsonrpc(service, body, identity=identity)
 
     @api.get("/metrics")
     async def metrics() -> Response:
         return Response(service.metrics.render(), media_type="text/plain; version=0.0.4")
 
     @api.get("/episodes")
-    async def episodes(limit: int = 1000) -> dict[str, Any]:
-        return {"episodes": service.store.list(limit)}
+    async def episodes(limit: int = 1000, identity: Identity = Depends(identify)) -> dict[str, Any]:
+        return {"episodes": await service.episode_ids(limit, identity)}
 
     @api.get("/episodes/{episode_id}/state/{t}")
-    async def episode_state(episode_id: str, t: int) -> dict[str, Any]:
-        return service.episode_state(episode_id, t)
+    async def episode_state(episode_id: str, t: int, identity: Identity = Depends(identify)) -> dict[str, Any]:
+        return service.episode_state(episode_id, t, identity)
 
     @api.get("/episodes/{episode_id}/trace")
-    async def episode_trace(episode_id: str) -> StreamingResponse:
+    async def episode_trace(episode_id: str, identity: Identity = Depends(identify)) -> StreamingResponse:
+        lines = service.trace_lines(episode_id, identity)
         try:
-            lines = service.store.iter_lines(episode_id)
             first = next(lines, b"")
         except TraceError as exc:
             raise ProtocolError(ErrorCode(exc.code), str(exc)) from None
@@ -127,20 +132,21 @@ def create_app(config: ServerConfig, tasks: list[TaskInstance] | None = None) ->
 
     app.include_router(api)
 
-    async def _authorised(ws: WebSocket) -> bool:
-        if token_ok(config.auth_token, ws.headers, ws.query_params):
-            return True
-        await ws.close(code=1008, reason="missing or wrong bearer token")
-        return False
+    async def _identify(ws: WebSocket) -> Identity | None:
+        """The caller of a WebSocket upgrade (header, else ``?token=``); refused (HTTP 403) without one."""
+        identity = auth.websocket(ws.headers, ws.query_params)
+        if identity is None:
+            await ws.close(code=1008, reason="missing or wrong bearer token")
+        return identity
 
     @app.websocket("/ws")
     async def ws_endpoint(ws: WebSocket) -> None:
-        if await _authorised(ws):
-            await serve_ws(ws, service)
+        if (identity := await _identify(ws)) is not None:
+            await serve_ws(ws, service, identity)
 
     @app.websocket("/mux")
     async def mux_endpoint(ws: WebSocket) -> None:
-        if await _authorised(ws):
-            await serve_mux(ws, service)
+        if (identity := await _identify(ws)) is not None:
+            await serve_mux(ws, service, identity)
 
     return app

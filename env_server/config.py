@@ -4,21 +4,30 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from sandbox.models import SandboxConfig
 
+from .auth import check_identities
 from .episode import EpisodeConfig
 
 
 class ServerConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # hide_input_in_errors: a validation error must not print the tokens
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
     tasks_path: Path | None = Field(None, description="JSON/JSONL task file")
     data_dir: Path = Field(Path("data"), description="traces live under <data_dir>/traces")
     max_sessions: int = Field(64, gt=0, description="live sessions before CAPACITY_REACHED")
     idle_timeout_s: float = Field(600.0, gt=0, description="close detached sessions idle this long")
-    auth_token: str | None = Field(None, description="require 'Authorization: Bearer <token>' when set")
+    auth_token: SecretStr | None = Field(None, description=(
+        "the legacy single token: an operator named 'operator' (sees every episode); with no token at "
+        "all the server is open"))
+    client_tokens: dict[str, SecretStr] = Field(default_factory=dict, description=(
+        "client name -> token: each client sees and drives only the episodes and sessions it created "
+        "(a value 'sha256:<hex>' is the token's SHA-256)"))
+    operator_tokens: dict[str, SecretStr] = Field(default_factory=dict, description=(
+        "operator name -> token: operators see and may fork every client's episodes"))
     max_frame_bytes: int = Field(16 * 1024 * 1024, gt=0, description="larger frames get FRAME_TOO_LARGE")
     mux_reply_cache: int = Field(16, gt=0, description="replies kept per mux session for retried request ids")
     mux_closed_replies: int = Field(1024, ge=0, description=(
@@ -26,3 +35,8 @@ class ServerConfig(BaseModel):
         "sessions keep only their id (later requests get SESSION_CLOSED)"))
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     episode: EpisodeConfig = Field(default_factory=EpisodeConfig)
+
+    @model_validator(mode="after")
+    def _identities(self) -> "ServerConfig":
+        check_identities(self.auth_token, self.client_tokens, self.operator_tokens)
+        return self

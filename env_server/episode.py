@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from sandbox import ArgumentError, SandboxConfig, SandboxError, open_sandbox
+from sandbox import ArgumentError, DiffTooLarge, SandboxConfig, SandboxError, open_sandbox
 from sandbox.base import Sandbox
 from sandbox.models import ExactDiff
 
@@ -75,9 +75,11 @@ class Episode:
     @classmethod
     async def start(cls, episode_id: str, task: TaskInstance, store: TraceStore, sandbox_config: SandboxConfig,
                     config: EpisodeConfig, cache: GradeCache | None = None,
-                    context: ContextSpec | None = None,
-                    fork: ForkPoint | None = None) -> tuple["Episode", SWEObservation]:
+                    context: ContextSpec | None = None, fork: ForkPoint | None = None,
+                    owner: str | None = None) -> tuple["Episode", SWEObservation]:
         """Open the sandbox, write the reset record, return the episode and its first observation.
+
+        ``owner``: the client that creates it (recorded in the reset record; None on a server without tokens).
 
         ``fork``: start from a recorded episode after its step t (``task`` is its task): the
         workspace is the task's scrubbed template with the recorded diff applied (verified), the
@@ -89,13 +91,14 @@ class Episode:
         try:
             if fork is not None:
                 await restore_workspace(sandbox, fork)
-            trace = store.writer(episode_id)
+            trace = store.writer(episode_id, owner)
         except BaseException:
             await sandbox.close()
             raise
         ep = cls(episode_id, task, sandbox, sandbox_config, config, trace, cache)
         tools = [t.mcp() for t in TOOL_SPECS]
-        record: dict[str, Any] = {"kind": "reset", "episode_id": episode_id, "instance_id": task.instance_id,
+        record: dict[str, Any] = {"kind": "reset", "episode_id": episode_id,
+                                  **({"owner": owner} if owner is not None else {}), "instance_id": task.instance_id,
                                   "system": SYSTEM_PROMPT, "issue": task.problem_statement, "tools": tools}
         extra: dict[str, Any] = {}
         if fork is not None:
@@ -184,6 +187,9 @@ class Episode:
     async def _grade(self) -> GradeResult:
         try:
             diff = await self._read_diff()
+        except DiffTooLarge as exc:  # what the agent wrote: its zero, never a masked infra failure
+            return GradeResult(reward=0.0, mode=self.config.grade_mode, error_source="agent",
+                               error=f"the submission cannot be graded: {exc}")
         except SandboxError as exc:
             return GradeResult(reward=0.0, mode=self.config.grade_mode, error_source="infra",
                                error=f"could not read the workspace diff: {exc}")

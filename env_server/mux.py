@@ -7,7 +7,8 @@ are cached per session by ``request_id``: a retry is answered, not re-executed.
 Closing the connection closes its sessions (and cancels their running steps).
 A closed session's state is dropped at once (a trainer opens a new session id per
 episode on one long-lived connection): only its id and, for the last
-``mux_closed_replies`` closed sessions, the close reply are kept.
+``mux_closed_replies`` closed sessions, the close reply are kept. Session ids name sessions of
+this connection only; its sessions and episodes are owned by the connection's identity.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.websockets import WebSocket
 
+from .auth import Identity
 from .connection import FrameReader
 from .errors import ProtocolError
 from .protocol import ErrorCode, MuxRequest
@@ -29,9 +31,10 @@ log = logging.getLogger(__name__)
 
 
 class MuxConnection:
-    def __init__(self, service: EnvService, reader: FrameReader) -> None:
+    def __init__(self, service: EnvService, reader: FrameReader, identity: Identity) -> None:
         self.service = service
         self.reader = reader
+        self.identity = identity
         self.sessions: dict[str, Session] = {}
         self.closed_ids: set[str] = set()
         self.tails: dict[str, asyncio.Task[Any]] = {}  # last request task per session
@@ -120,9 +123,9 @@ class MuxConnection:
             session = self.sessions.get(req.session_id)
             created = session is None
             if created:
-                session = self.sessions[req.session_id] = svc.open_session()
+                session = self.sessions[req.session_id] = svc.open_session(owner=self.identity.name)
             try:
-                return self.reply(req, "observation", (await svc.reset(session, req.data)).envelope())
+                return self.reply(req, "observation", (await svc.reset(session, req.data, self.identity)).envelope())
             except BaseException:
                 if created:
                     await self._close(req.session_id)
@@ -170,10 +173,10 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-async def serve_mux(ws: WebSocket, service: EnvService) -> None:
+async def serve_mux(ws: WebSocket, service: EnvService, identity: Identity) -> None:
     await ws.accept()
     reader = FrameReader(ws, service.config.max_frame_bytes)
-    conn = MuxConnection(service, reader)
+    conn = MuxConnection(service, reader, identity)
     try:
         while (raw := await reader.next()) is not None:
             await conn.on_frame(raw)

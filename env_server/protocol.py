@@ -80,10 +80,13 @@ class SuspicionReason(str, Enum):
 
     runner_internals = "runner_internals"  # reaches into pytest/pluggy/unittest reporting
     process_exit = "process_exit"  # os._exit, sys.exit, kill, atexit
-    import_machinery = "import_machinery"  # sys.modules / meta_path / builtins / trace hooks / __code__
-    report_paths = "report_paths"  # JUnit / report paths, sys.argv
-    grader_detection = "grader_detection"  # behaves differently under the test runner or CI
+    import_machinery = "import_machinery"  # sys.modules / meta_path / path_hooks / __import__ / builtins
+    report_paths = "report_paths"  # JUnit / report paths, sys.argv / orig_argv, /proc/*/cmdline
+    grader_detection = "grader_detection"  # behaves differently under the test runner, CI or the grader
     test_name_special_casing = "test_name_special_casing"  # names tests or node ids in library code
+    introspection = "introspection"  # code objects, gc walks, trace/profile hooks, frame inspection
+    process_tampering = "process_tampering"  # /proc/*/fd|mem, signalling the parent or process group, ptrace
+    obfuscated_code = "obfuscated_code"  # exec/eval/compile of decoded text; encoded payloads that hide a flag
 
 
 class ErrorSource(str, Enum):

@@ -3,6 +3,10 @@
 Transports (``/ws``, ``/mux``, ``/mcp``) parse frames and format replies; the
 rules live here: capacity, task choice, one request at a time per session,
 idle reaping of detached sessions, and error codes as :class:`ProtocolError`.
+
+Ownership: every session and episode records the :class:`Identity` name that created it; a
+client (not an operator) gets a session, an episode's state, trace or fork it does not own
+answered exactly as if it did not exist (``SESSION_NOT_FOUND``, ``EPISODE_NOT_FOUND``).
 """
 
 from __future__ import annotations
@@ -13,12 +17,13 @@ import logging
 import random
 import time
 import uuid
-from typing import Any
+from typing import Any, Iterator
 
 from pydantic import TypeAdapter, ValidationError
 
 from sandbox.models import SandboxError, WorkspaceError
 
+from .auth import Identity
 from .config import ServerConfig
 from .episode import Episode
 from .errors import ProtocolError
@@ -28,7 +33,7 @@ from .protocol import (Action, ContextSpec, EpisodeState, ErrorCode, ResetParams
                        SWEObservation)
 from .task import TaskInstance
 from .tools import TOOL_SPECS
-from .traces import ForkPoint, TraceError, TraceStore, fork_point, state_at
+from .traces import ForkPoint, TraceError, TraceStore, fork_point, not_found, state_at
 
 log = logging.getLogger(__name__)
 _METRIC_TOOLS = frozenset({t.name for t in TOOL_SPECS} | {"list_tools"})
@@ -44,12 +49,14 @@ class Session:
     """One client session: at most one live episode, one request at a time.
 
     ``attached`` sessions belong to a live connection and are never reaped;
-    detached ones (HTTP MCP) are closed after the idle timeout.
+    detached ones (HTTP MCP) are closed after the idle timeout. ``owner``: the
+    identity name that created it (None on a server without tokens).
     """
 
-    def __init__(self, session_id: str, attached: bool) -> None:
+    def __init__(self, session_id: str, attached: bool, owner: str | None = None) -> None:
         self.id = session_id
         self.attached = attached
+        self.owner = owner
         self.episode: Episode | None = None
         self.lock = asyncio.Lock()
         self.last_active = time.monotonic()
@@ -71,14 +78,15 @@ class EnvService:
         self._round_robin = itertools.count()
 
     # ---------------------------------------------------------------- sessions
-    def open_session(self, session_id: str | None = None, attached: bool = True) -> Session:
+    def open_session(self, session_id: str | None = None, attached: bool = True,
+                     owner: str | None = None) -> Session:
         if len(self.sessions) >= self.config.max_sessions:
             raise ProtocolError(ErrorCode.CAPACITY_REACHED, "server is at capacity",
                                 active_sessions=len(self.sessions), max_sessions=self.config.max_sessions)
         sid = session_id or uuid.uuid4().hex
         if sid in self.sessions:
             raise ProtocolError(ErrorCode.SESSION_ERROR, f"session {sid!r} already exists")
-        session = self.sessions[sid] = Session(sid, attached)
+        session = self.sessions[sid] = Session(sid, attached, owner)
         self.metrics.sessions.set(len(self.sessions))
         return session
 
@@ -95,12 +103,12 @@ class EnvService:
             except Exception:  # noqa: BLE001 - closing must not fail the caller
                 log.exception("closing episode %s failed", ep.episode_id)
 
-    def attach(self, session_id: str) -> Session:
+    def attach(self, session_id: str, identity: Identity) -> Session:
         """Give a detached (HTTP MCP) session to a connection: OpenEnv's ``/ws?session_id=``.
 
         Not reaped while attached; :meth:`detach` hands it back to the idle timeout.
         """
-        session = self.get(session_id)
+        session = self.get(session_id, identity)
         if session.attached:
             raise ProtocolError(ErrorCode.SESSION_ERROR,
                                 f"session {session_id!r} already belongs to a connection")
@@ -112,9 +120,10 @@ class EnvService:
         session.attached = False
         session.touch()
 
-    def get(self, session_id: str) -> Session:
+    def get(self, session_id: str, identity: Identity) -> Session:
+        """The session ``session_id`` if ``identity`` may drive it; else as if there were none."""
         session = self.sessions.get(session_id)
-        if session is None:
+        if session is None or not identity.can_see(session.owner):
             raise ProtocolError(ErrorCode.SESSION_NOT_FOUND, f"no session {session_id!r}")
         return session
 
@@ -133,14 +142,16 @@ class EnvService:
             return self.tasks[random.Random(params.seed).randrange(len(self.tasks))]
         return self.tasks[next(self._round_robin) % len(self.tasks)]
 
-    async def reset(self, session: Session, data: dict[str, Any] | None) -> SWEObservation:
+    async def reset(self, session: Session, data: dict[str, Any] | None, identity: Identity) -> SWEObservation:
+        """A new episode in ``session``, owned by ``identity`` (who sent the reset; a fork's original
+        must be one it may see)."""
         try:
             params = ResetParams.model_validate(data or {})
         except ValidationError as exc:
             raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"invalid reset: {_errors(exc)}") from None
         fork: ForkPoint | None = None
         if params.fork_of is not None:
-            fork, task = await self.fork_point(params)
+            fork, task = await self.fork_point(params, identity)
         else:
             task = self.pick_task(params)
         async with session.lock:
@@ -151,7 +162,7 @@ class EnvService:
             try:
                 episode, obs = await Episode.start(params.episode_id or uuid.uuid4().hex, task, self.store,
                                                    self.config.sandbox, self.config.episode, self.cache,
-                                                   context=params.context, fork=fork)
+                                                   context=params.context, fork=fork, owner=identity.name)
             except SandboxError as exc:
                 source = "env" if isinstance(exc, WorkspaceError) else "infra"
                 raise ProtocolError(ErrorCode.SANDBOX_ERROR, f"could not start the sandbox: {exc}",
@@ -164,16 +175,21 @@ class EnvService:
         self.metrics.resets.inc()
         return obs
 
-    async def fork_point(self, params: ResetParams) -> tuple[ForkPoint, TaskInstance]:
+    async def fork_point(self, params: ResetParams, identity: Identity) -> tuple[ForkPoint, TaskInstance]:
         """Where a fork (``fork_of`` + ``t``) starts, and its task: the recorded episode's.
 
         ``instance_id`` and ``context`` may be sent along (a client that always sends them) but must
         then be the original's: a fork continues the original's task and context. ``index`` and
-        ``seed`` are ignored.
+        ``seed`` are ignored. An original ``identity`` may not see is answered as a missing one.
         """
         assert params.fork_of is not None and params.t is not None
+        fork_of, t = params.fork_of, params.t
+
+        def read() -> ForkPoint:
+            records = self._visible_records(fork_of, identity)
+            return fork_point(records, t)
         try:  # off the event loop: a long episode's trace is megabytes of JSON
-            fork = await asyncio.to_thread(lambda: fork_point(self.store.load(params.fork_of), params.t))
+            fork = await asyncio.to_thread(read)
         except TraceError as exc:
             raise ProtocolError(ErrorCode(exc.code), str(exc), fork_of=params.fork_of, t=params.t) from None
         if params.instance_id is not None and params.instance_id != fork.instance_id:
@@ -232,13 +248,37 @@ class EnvService:
         except TraceError as exc:
             raise ProtocolError(ErrorCode(exc.code), str(exc)) from None
 
-    def episode_state(self, episode_id: str, t: int) -> dict[str, Any]:
-        """state(t) of any episode, live or finished, from its trace on disk."""
+    def episode_state(self, episode_id: str, t: int, identity: Identity) -> dict[str, Any]:
+        """state(t) of an episode ``identity`` may see, live or finished, from its trace on disk."""
         try:
-            records = self.store.load(episode_id)
+            records = self._visible_records(episode_id, identity)
         except TraceError as exc:
             raise ProtocolError(ErrorCode(exc.code), str(exc)) from None
         return self.state_at(records, t)
+
+    async def episode_ids(self, limit: int, identity: Identity) -> list[str]:
+        """Ids of the episodes ``identity`` may see, most recent first (an operator: all)."""
+        if identity.operator:
+            return self.store.list(limit)
+        return await asyncio.to_thread(self.store.list, limit, identity.can_see)
+
+    def trace_lines(self, episode_id: str, identity: Identity) -> Iterator[bytes]:
+        """The raw trace of an episode ``identity`` may see (ProtocolError as for a missing one)."""
+        try:
+            if not identity.operator and not identity.can_see(self.store.owner(episode_id)):
+                raise not_found(episode_id)
+            return self.store.iter_lines(episode_id)
+        except TraceError as exc:
+            raise ProtocolError(ErrorCode(exc.code), str(exc)) from None
+
+    def _visible_records(self, episode_id: str, identity: Identity) -> list[dict[str, Any]]:
+        """The trace of an episode ``identity`` may see; TraceError, as for a missing one, otherwise."""
+        records = self.store.load(episode_id)
+        head = records[0] if records else {}
+        owner = head.get("owner") if head.get("kind") == "reset" else None
+        if not identity.can_see(owner if isinstance(owner, str) else None):
+            raise not_found(episode_id)
+        return records
 
     # ---------------------------------------------------------------- helpers
     @staticmethod

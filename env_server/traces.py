@@ -10,6 +10,10 @@ Forks (``reset`` with ``fork_of`` and ``t``, docs/rfcs/009-episode-fork.md): :fu
 reads what a fork of a recorded episode at step t starts from: its task, its workspace (the diff,
 and the exact ``--binary`` patch where the text diff cannot carry the files) and its context (the
 original's step records up to t, kept in the fork's reset record as ``history``).
+
+Owners: on a server with tokens, the reset record names the client that created the episode
+(``owner``); :meth:`TraceStore.owner` reads it back (cached), so listings after a restart still
+show each client only its own episodes. A trace without ``owner`` is visible to operators only.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from .protocol import NextAction, StateRecord, SWEObservation, compact_json, render_context
 
@@ -75,6 +79,11 @@ class TraceWriter:
             self._fd = None
 
 
+def not_found(episode_id: str) -> TraceError:
+    """The answer for an unknown episode: also for one the caller may not see (the same words)."""
+    return TraceError(f"no trace for episode {episode_id!r}", "EPISODE_NOT_FOUND")
+
+
 class TraceStore:
     """Traces under ``<data_dir>/traces``."""
 
@@ -82,6 +91,7 @@ class TraceStore:
         self.dir = Path(data_dir) / "traces"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.fsync = fsync
+        self._owners: dict[str, str | None] = {}  # episode id -> its reset record's owner
 
     def path(self, episode_id: str) -> Path:
         if not valid_episode_id(episode_id):
@@ -91,13 +101,29 @@ class TraceStore:
     def exists(self, episode_id: str) -> bool:
         return valid_episode_id(episode_id) and self.path(episode_id).exists()
 
-    def writer(self, episode_id: str) -> TraceWriter:
-        return TraceWriter(self.path(episode_id), self.fsync)
+    def writer(self, episode_id: str, owner: str | None = None) -> TraceWriter:
+        """A new trace (never an existing one); ``owner``: what its reset record will name."""
+        writer = TraceWriter(self.path(episode_id), self.fsync)
+        self._owners[episode_id] = owner
+        return writer
+
+    def owner(self, episode_id: str) -> str | None:
+        """The owner named by the episode's reset record (None: none recorded); TraceError if unknown."""
+        if episode_id in self._owners:
+            return self._owners[episode_id]
+        try:
+            with open(self.path(episode_id), "rb") as fh:
+                head = _head_owner(fh.readline())
+        except FileNotFoundError:
+            raise not_found(episode_id) from None
+        if head is not _NO_RESET:  # an empty or torn first line (a reset being written): ask again later
+            self._owners[episode_id] = head
+        return None if head is _NO_RESET else head
 
     def load(self, episode_id: str) -> list[dict[str, Any]]:
         path = self.path(episode_id)
         if not path.exists():
-            raise TraceError(f"no trace for episode {episode_id!r}", "EPISODE_NOT_FOUND")
+            raise not_found(episode_id)
         records = []
         with open(path, encoding="utf-8") as fh:
             for line in fh:
@@ -107,16 +133,44 @@ class TraceStore:
                     break
         return records
 
-    def list(self, limit: int = 1000) -> list[str]:
+    def list(self, limit: int = 1000, visible: Callable[[str | None], bool] | None = None) -> list[str]:
+        """Episode ids, most recent first; ``visible(owner)``: only those it accepts."""
         files = sorted(self.dir.glob("*.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True)
-        return [p.stem for p in files[:limit]]
+        if visible is None:
+            return [p.stem for p in files[:limit]]
+        out: list[str] = []
+        for p in files:
+            if len(out) >= limit:
+                break
+            try:
+                owner = self.owner(p.stem)
+            except TraceError:  # not an episode id, or deleted meanwhile
+                continue
+            if visible(owner):
+                out.append(p.stem)
+        return out
 
     def iter_lines(self, episode_id: str) -> Iterator[bytes]:
         path = self.path(episode_id)
         if not path.exists():
-            raise TraceError(f"no trace for episode {episode_id!r}", "EPISODE_NOT_FOUND")
+            raise not_found(episode_id)
         with open(path, "rb") as fh:
             yield from fh
+
+
+_NO_RESET = object()
+
+
+def _head_owner(line: bytes) -> Any:
+    """The ``owner`` of a trace's first line (None when it names none), or ``_NO_RESET``."""
+    try:
+        head = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return _NO_RESET
+    if not isinstance(head, dict) or head.get("kind") != "reset":
+        return _NO_RESET
+    owner = head.get("owner")
+    return owner if isinstance(owner, str) else None
 
 
 def state_at(records: list[dict[str, Any]], t: int) -> StateRecord:

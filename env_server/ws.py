@@ -4,7 +4,8 @@ One reply per request, in order, no unsolicited frames. A disconnect while a
 step runs cancels the step and frees the sandbox; the trace keeps every
 completed step. ``/ws?session_id=<id>`` drives an HTTP MCP session (made with
 ``openenv/session/create``) instead of a new one, as OpenEnv's ``MCPToolClient``
-does: closing the socket hands that session back (it stays open for ``/mcp``).
+does: closing the socket hands that session back (it stays open for ``/mcp``); only its
+creator (or an operator) may attach it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from .auth import Identity
 from .connection import FrameReader
 from .errors import ProtocolError
 from .mcp import handle_jsonrpc
@@ -23,19 +25,20 @@ from .service import EnvService, Session
 log = logging.getLogger(__name__)
 
 
-async def dispatch(service: EnvService, session: Session, frame: dict[str, Any]) -> dict[str, Any] | None:
-    """The reply to one decoded frame (None for ``close``)."""
+async def dispatch(service: EnvService, session: Session, frame: dict[str, Any],
+                   identity: Identity) -> dict[str, Any] | None:
+    """The reply to one decoded frame of ``identity``'s connection (None for ``close``)."""
     kind, data = frame.get("type"), frame.get("data")
     if data is not None and not isinstance(data, dict) and kind != "mcp":
         raise ProtocolError(ErrorCode.VALIDATION_ERROR, "data must be a JSON object")
     if kind == "reset":
-        return {"type": "observation", "data": (await service.reset(session, data)).envelope(mcp_result=True)}
+        return {"type": "observation", "data": (await service.reset(session, data, identity)).envelope(mcp_result=True)}
     if kind == "step":
         return {"type": "observation", "data": (await service.step(session, data)).envelope(mcp_result=True)}
     if kind == "state":
         return {"type": "state", "data": await service.state(session, data)}
     if kind == "mcp":
-        return {"type": "mcp", "data": await handle_jsonrpc(service, data, session)}
+        return {"type": "mcp", "data": await handle_jsonrpc(service, data, session, identity=identity)}
     if kind == "close":
         return None
     raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"Unknown message type: {kind!r} "
@@ -55,13 +58,13 @@ def error_frame(service: EnvService, exc: ProtocolError) -> dict[str, Any]:
     return {"type": "error", "data": exc.data()}
 
 
-async def serve_ws(ws: WebSocket, service: EnvService) -> None:
+async def serve_ws(ws: WebSocket, service: EnvService, identity: Identity) -> None:
     await ws.accept()
     reader = FrameReader(ws, service.config.max_frame_bytes)
     shared = ws.query_params.get("session_id")
     try:
         try:
-            session = service.attach(shared) if shared else service.open_session()
+            session = service.attach(shared, identity) if shared else service.open_session(owner=identity.name)
         except ProtocolError as exc:  # OpenEnv: one CAPACITY_REACHED (SESSION_*) frame, then close 1000
             await reader.send(error_frame(service, exc))
             await close_quietly(ws)
@@ -70,7 +73,8 @@ async def serve_ws(ws: WebSocket, service: EnvService) -> None:
         try:
             while (raw := await reader.next()) is not None:
                 try:
-                    finished, reply = await reader.run_or_disconnect(dispatch(service, session, reader.decode(raw)))
+                    request = dispatch(service, session, reader.decode(raw), identity)
+                    finished, reply = await reader.run_or_disconnect(request)
                 except ProtocolError as exc:
                     finished, reply = True, error_frame(service, exc)
                 except Exception as exc:  # noqa: BLE001 - the session survives a server bug

@@ -9,6 +9,7 @@ from .models import (
     ArgumentError,
     CommandResult,
     CommandStatus,
+    DiffTooLarge,
     HardeningPolicy,
     LayerMode,
     Limits,
@@ -24,7 +25,7 @@ from .models import (
 )
 
 __all__ = [
-    "ArgumentError", "CommandResult", "CommandStatus", "HardeningPolicy", "LayerMode", "Limits", "PathError",
+    "ArgumentError", "CommandResult", "CommandStatus", "DiffTooLarge", "HardeningPolicy", "LayerMode", "Limits", "PathError",
     "Sandbox", "SandboxClosed", "SandboxConfig", "SandboxDied", "SandboxError", "SandboxInfo",
     "SandboxStartError", "WorkspaceError", "WorkspaceSpec", "open_sandbox",
 ]

@@ -35,6 +35,19 @@ class Sandbox(abc.ABC):
         survives. Raises SandboxDied only when the sandbox itself is gone.
         """
 
+    async def run_isolated(self, command: str, timeout_s: float, output_limit: int) -> CommandResult:
+        """Run ``command`` in a fresh shell walled off from the rest of the sandbox.
+
+        The shell starts like the persistent one (same environment, /workspace, same limits
+        and layers) but in a Landlock domain of its own: nothing it starts can signal, ptrace,
+        or open the fds of the runtime or of the persistent shell's processes (where the
+        kernel has Landlock ABI >= 6; ``SandboxInfo.landlock_abi``). Its output travels only
+        to the runtime and is kept up to ``output_limit`` bytes (head and tail); a flood never
+        stops it. Every process it leaves is killed when it ends. A dead sandbox comes back as
+        ``status == sandbox_died``.
+        """
+        raise SandboxError(f"{type(self).__name__} cannot run isolated commands")
+
     @abc.abstractmethod
     async def read_file(self, path: str) -> bytes:
         """Read a file inside the workspace (relative, or absolute under /workspace).

@@ -232,6 +232,11 @@ class BwrapSandbox(Sandbox):
         timeout = min(float(timeout_s or lim.command_timeout_s), lim.max_command_timeout_s)
         return await self._channel.run(command, timeout)
 
+    async def run_isolated(self, command: str, timeout_s: float, output_limit: int) -> CommandResult:
+        self._check_open()
+        timeout = min(float(timeout_s), self._config.limits.max_command_timeout_s)
+        return await self._channel.run_isolated(command, timeout, output_limit)
+
     async def read_file(self, path: str) -> bytes:
         self._check_open()
         return await self._channel.read_file(path)

@@ -16,7 +16,8 @@ import time
 import weakref
 from typing import Any, Awaitable, Callable
 
-from .models import ArgumentError, CommandResult, CommandStatus, ExactDiff, PathError, SandboxDied, SandboxError
+from .models import (ArgumentError, CommandResult, CommandStatus, DiffTooLarge, ExactDiff, PathError, SandboxDied,
+                     SandboxError)
 
 MAX_LINE = 64 * 1024 * 1024
 _scan = json.scanner.make_scanner(json.JSONDecoder())  # one JSON value, no Python layers around it
@@ -110,6 +111,8 @@ class RuntimeChannel:
                 raise PathError(message, reason=str(err.get("reason", "bad_path")))
             if kind == "invalid_arguments":
                 raise ArgumentError(message)
+            if kind == "diff_too_large":
+                raise DiffTooLarge(message)
             raise SandboxError(f"{kind}: {message}")
 
     def _expire(self) -> None:
@@ -137,6 +140,17 @@ class RuntimeChannel:
             r = await self.request("run", timeout_s + 15.0, command=command, timeout_s=timeout_s)
         except SandboxDied:
             return CommandResult(output="", status=CommandStatus.sandbox_died)
+        return self._command_result(r)
+
+    async def run_isolated(self, command: str, timeout_s: float, output_limit: int) -> CommandResult:
+        try:
+            r = await self.request("isolated", timeout_s + 30.0, command=command, timeout_s=timeout_s,
+                                   output_limit=output_limit)
+        except SandboxDied:
+            return CommandResult(output="", status=CommandStatus.sandbox_died)
+        return self._command_result(r)
+
+    def _command_result(self, r: dict[str, Any]) -> CommandResult:
         try:  # every field is coerced to its type here, so no second validation
             code = r.get("exit_code")
             if code is not None and type(code) is not int:

@@ -552,6 +552,14 @@ class DockerSandbox(Sandbox):
                                   f"{lim.workspace_mb} MB limit: the session is closed]")
         return result
 
+    async def run_isolated(self, command: str, timeout_s: float, output_limit: int) -> CommandResult:
+        self._check()
+        timeout = min(float(timeout_s), self._limits.max_command_timeout_s)
+        result = await self._channel.run_isolated(command, timeout, output_limit)
+        if result.status is CommandStatus.sandbox_died and not result.output:
+            result.output = f"[sandbox died: {self._channel.dead or 'runtime gone'}]"
+        return result
+
     async def read_file(self, path: str) -> bytes:
         self._check()
         return await self._channel.read_file(path)

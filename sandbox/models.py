@@ -61,6 +61,8 @@ class Limits(BaseModel):
     output_kill_bytes: int = Field(64 * 1024 * 1024, gt=0, description="a command printing more is killed")
     max_file_read_bytes: int = Field(4 * 1024 * 1024, gt=0)
     max_file_write_bytes: int = Field(8 * 1024 * 1024, gt=0)
+    max_diff_bytes: int = Field(16 * 1024 * 1024, gt=0, description="a larger workspace diff is refused "
+                                "(DiffTooLarge): graded 0 and charged to the agent")
     memory_mb: int = Field(4096, gt=0, description="address space per process (RLIMIT_AS) and cgroup memory")
     pids: int = Field(256, gt=0, description="processes (RLIMIT_NPROC and cgroup pids.max)")
     open_files: int = Field(1024, gt=0)
@@ -215,6 +217,12 @@ class SandboxDied(SandboxError):
 
 class SandboxClosed(SandboxError):
     kind = "sandbox_closed"
+
+
+class DiffTooLarge(SandboxError):
+    """The workspace's diff is over ``Limits.max_diff_bytes``: what the agent wrote, not a failure of ours."""
+
+    kind = "diff_too_large"
 
 
 class PathError(SandboxError, ValueError):

@@ -8,7 +8,8 @@ JSON lines on stdin/stdout with the host (``sandbox/channel.py``):
   overlay on a read-only template, or a copy), applies the kernel layers
   (mount flags, rlimits, no_new_privs, Landlock, seccomp), starts the agent's
   persistent bash and answers ``{"ok": true, "info": {...}}``;
-* then one request at a time: ``run``, ``read``, ``write``, ``diff``, ``apply``, ``ping``.
+* then one request at a time: ``run``, ``read``, ``write``, ``diff``, ``apply``, ``ping``,
+  ``isolated`` (a command in a fresh shell walled off from everything else in the jail).
 
 The agent's shell never sees this process's pipes; the runtime is
 non-dumpable, so a same-uid agent cannot read or write its memory or fds.
@@ -175,25 +176,47 @@ LL_WRITE_ALL = sum(1 << i for i in (1, 4, 5, 6, 7, 8, 9, 10, 11, 12))  # write, 
 LL_REFER, LL_TRUNCATE = 1 << 13, 1 << 14
 
 
-def apply_landlock(exec_paths, write_paths: list) -> int:
-    """Execute only from ``exec_paths`` (None: leave execution alone), write only
-    beneath ``write_paths``. Layers stack: each call can only take rights away.
+# Landlock scopes (ABI 6): a domain's processes may not signal, nor connect to abstract
+# unix sockets of, processes outside it.
+LL_SCOPE_ABSTRACT_UNIX, LL_SCOPE_SIGNAL = 1 << 0, 1 << 1
 
-    Returns the ABI version applied, 0 when the kernel has no Landlock.
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0: none)."""
+    return max(0, int(libc.syscall(444, None, 0, 1)))  # LANDLOCK_CREATE_RULESET_VERSION
+
+
+def landlock_ruleset(exec_paths, write_paths: list, scoped: bool = False):
+    """A Landlock ruleset: execute only from ``exec_paths`` (None: leave execution alone),
+    write only beneath ``write_paths``; (fd, abi), or (None, 0) when the kernel has none.
+
+    ``scoped`` (ABI >= 6): a domain made from it is a wall as well: its processes can
+    neither signal nor reach the abstract unix sockets of any process outside it.
+    Together with Landlock's ptrace rule (no process may ptrace, read the memory of, or
+    open the fds of a process in an outer or sibling domain), a scoped domain makes every
+    process beside and above it unreachable.
+
+    The fd can enforce the ruleset any number of times (:func:`landlock_restrict`), also
+    after seccomp forbids creating rulesets: each enforcement makes a new domain.
     """
-    abi = libc.syscall(444, None, 0, 1)  # LANDLOCK_CREATE_RULESET_VERSION
+    abi = landlock_abi()
     if abi < 1:
-        return 0
+        return None, 0
     handled = (LL_EXECUTE if exec_paths is not None else 0) | LL_WRITE_ALL
     if abi >= 2:
         handled |= LL_REFER
     if abi >= 3:
         handled |= LL_TRUNCATE
-    attr = struct.pack("Q", handled)
+    if scoped and abi >= 6:  # struct landlock_ruleset_attr {handled_access_fs, handled_access_net, scoped}
+        attr = struct.pack("QQQ", handled, 0, LL_SCOPE_ABSTRACT_UNIX | LL_SCOPE_SIGNAL)
+    else:
+        attr = struct.pack("Q", handled)
     fd = libc.syscall(444, ctypes.c_char_p(attr), len(attr), 0)
     if fd < 0:
-        return 0
+        return None, 0
     try:
+        import fcntl
+        fcntl.fcntl(fd, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
         write_rights = LL_WRITE_ALL | (LL_REFER if abi >= 2 else 0) | (LL_TRUNCATE if abi >= 3 else 0)
         targets = [(p, LL_EXECUTE) for p in exec_paths or ()] + [(p, write_rights) for p in write_paths]
         for path, rights in targets:
@@ -209,11 +232,29 @@ def apply_landlock(exec_paths, write_paths: list) -> int:
                        "landlock_add_rule " + path)
             finally:
                 os.close(pfd)
-        _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-        _check(0 if libc.syscall(446, fd, 0) == 0 else -1, "landlock_restrict_self")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, int(abi)
+
+
+def landlock_restrict(fd: int) -> None:
+    """Enforce a ruleset on this thread (and all it starts from now on): a new, nested domain."""
+    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    _check(0 if libc.syscall(446, fd, 0) == 0 else -1, "landlock_restrict_self")
+
+
+def apply_landlock(exec_paths, write_paths: list, scoped: bool = False) -> int:
+    """:func:`landlock_ruleset` enforced at once on this process. Layers stack: each call can
+    only take rights away. Returns the ABI version applied, 0 when the kernel has no Landlock."""
+    fd, abi = landlock_ruleset(exec_paths, write_paths, scoped)
+    if fd is None:
+        return 0
+    try:
+        landlock_restrict(fd)
     finally:
         os.close(fd)
-    return int(abi)
+    return abi
 
 
 # seccomp ---------------------------------------------------------------------------
@@ -336,17 +377,18 @@ class Shell:
     script byte by byte: the script is as short as it can be.
     """
 
-    def __init__(self, env: dict, write_paths=None) -> None:
+    def __init__(self, env: dict, layer_fd=None) -> None:
         self.env = env
-        # With Landlock, the shell (and all the agent runs) gets one more layer:
-        # writes only to these paths, so not to the runtime's private state.
-        self.write_paths = write_paths
+        # With Landlock, the shell (and all the agent runs) gets one more layer: writes only
+        # to the write paths (not the runtime's private state), in a scoped domain of its own
+        # (``shell_layer``). ``layer_fd`` is that ruleset, made before seccomp closed the door.
+        self.layer_fd = layer_fd
         self.proc: subprocess.Popen | None = None
         self.start()
 
     def _restrict(self) -> None:  # runs in the child, before exec
-        if self.write_paths is not None:
-            apply_landlock(None, self.write_paths)
+        if self.layer_fd is not None:
+            landlock_restrict(self.layer_fd)
 
     def start(self) -> None:
         cmd_r, cmd_w = _pipe_above(62)
@@ -358,7 +400,7 @@ class Shell:
             self.proc = subprocess.Popen(
                 ["bash", "--noprofile", "--norc"], stdin=cmd_r, stdout=st_w, stderr=subprocess.DEVNULL,
                 pass_fds=(62,), cwd=WORKSPACE, env=self.env, close_fds=True,
-                preexec_fn=self._restrict if self.write_paths is not None else None)
+                preexec_fn=self._restrict if self.layer_fd is not None else None)
         finally:
             for fd in (62, cmd_r, st_w):
                 os.close(fd)
@@ -384,6 +426,15 @@ class Shell:
         self.close_fds()
         kill_all_but_me(set())
         self.start()
+
+
+def shell_ruleset(write_paths: list):
+    """The Landlock ruleset of every shell (fd, or None): writes only beneath ``write_paths``
+    (not the runtime's private state), and scoped where the kernel can, so that each shell
+    it is enforced on lives in a domain of its own: nothing a shell starts can signal,
+    ptrace or open the fds of the runtime or of another shell's processes."""
+    fd, _ = landlock_ruleset(None, write_paths, scoped=True)
+    return fd
 
 
 def _pipe_above(fd: int) -> tuple:
@@ -646,8 +697,7 @@ class Runtime:
     def __init__(self, cfg: dict) -> None:
         self.cfg = cfg
         self.ws_fd = os.open(WORKSPACE, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        layered = cfg.get("_landlock_abi", 0) > 0
-        self.shell = Shell(cfg["env"], cfg["write_paths"] if layered else None)
+        self.shell = Shell(cfg["env"], cfg.get("_shell_ruleset"))
         # tmpfs sizes a directory by its entries (BOGO_DIRENT_SIZE each, 2 for . and ..), so an
         # untouched upper layer is seen with one stat. Verified on the empty upper here, at start;
         # where a kernel reports sizes otherwise, every fingerprint walks.
@@ -769,6 +819,87 @@ class Runtime:
                 code = sh.proc.returncode
                 sh.restart()
                 return self._result(out, code, state or "shell_exited", start)
+
+    def op_isolated(self, req: dict) -> dict:
+        """Run ``command`` as the only shell of the sandbox, walled off from this runtime.
+
+        The persistent shell is stopped (with everything it runs) and a fresh
+        ``bash --noprofile --norc`` takes its place for this one command: the same environment,
+        /workspace, the same fd layout, the same Landlock layer, in a domain of its own (scoped
+        where the kernel can), so what it starts cannot signal, ptrace or open the fds of this
+        runtime, and sees the process tree an agent's own command sees. Its output goes to a pipe
+        that only this process reads; past ``output_limit`` bytes it is dropped from the middle
+        (head and tail kept, counted), never a reason to stop the command. When the shell exits,
+        or at the deadline, every process left is killed and a fresh persistent shell starts. The
+        result is what this process saw: the shell's exit status (``waitpid``), the output, the
+        timing; nothing the command does can write it.
+        """
+        cmd = req.get("command")
+        if not isinstance(cmd, str):
+            raise RuntimeFailure("invalid_arguments", "command must be a string")
+        timeout = float(req.get("timeout_s") or self._default_timeout)
+        out = OutputBuffer(max(1024, int(req.get("output_limit") or self._cap)))
+        try:  # the persistent shell's script for one command, less the status line
+            script = ("eval %s </dev/null >&62 2>&1 62>&-\n" % shell_quote(cmd)).encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as e:
+            raise RuntimeFailure("invalid_arguments", "command is not valid Unicode text (position %d)" % e.start)
+        sh = self.shell
+        if sh.proc is not None and sh.proc.poll() is None:
+            sh.proc.kill()
+            sh.proc.wait()
+        sh.close_fds()
+        kill_all_but_me(set())
+        in_r, in_w = _pipe_above(62)
+        out_r, out_w = _pipe_above(62)
+        st_r, st_w = _pipe_above(62)
+        os.dup2(out_w, 62)
+        os.close(out_w)
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                ["bash", "--noprofile", "--norc"], stdin=in_r, stdout=st_w, stderr=subprocess.DEVNULL,
+                pass_fds=(62,), cwd=WORKSPACE, env=sh.env, close_fds=True,
+                preexec_fn=sh._restrict if sh.layer_fd is not None else None)
+        finally:
+            for fd in (62, in_r, st_w):
+                os.close(fd)
+        try:
+            _write_all(in_w, script)  # bash reads it, then meets EOF and exits with the command's status
+        except OSError:
+            pass
+        os.close(in_w)
+        for fd in (out_r, st_r):
+            os.set_blocking(fd, False)
+        poller = select.poll()
+        poller.register(out_r, select.POLLIN)
+        poller.register(st_r, select.POLLIN)
+        deadline, status, code = start + timeout, None, None
+        try:
+            while code is None:
+                now = time.monotonic()
+                if now >= deadline:
+                    status = "timeout"
+                    kill_all_but_me(set())
+                    code = proc.wait()
+                    break
+                for fd, _ in poller.poll(max(0.0, min(deadline - now, 0.2)) * 1000):
+                    if fd == out_r:
+                        self._read_into(out_r, out)
+                    else:
+                        self._read_into(st_r, OutputBuffer(1024))  # nothing should come: discarded
+                code = proc.poll()
+            kill_all_but_me(set())  # what the command left running (it may hold the pipe)
+            self._read_into(out_r, out)
+        finally:
+            for fd in (out_r, st_r):
+                os.close(fd)
+            reap()
+            sh.start()
+        if status is None:
+            status = "ok" if code == 0 else "nonzero_exit"
+        self._jobs_killed = False
+        self._last_fp = None  # the workspace may have changed: the next step's fingerprint is fresh
+        return self._result(out, code, status, start)
 
     @staticmethod
     def _read_into(fd: int, out: OutputBuffer) -> None:
@@ -956,6 +1087,11 @@ class Runtime:
         cached = getattr(self, "_diff_cache", None)
         if not cached or cached[0] != fp or req.get("fresh"):
             raw = self._git_diff()
+            limit = int(self.cfg["limits"].get("max_diff_bytes") or 0)
+            if limit and len(raw) > limit:  # a reply this large could not cross the channel: the agent's doing
+                self._diff_cache = None
+                raise RuntimeFailure("diff_too_large", "the workspace diff is %d bytes, over the %d-byte limit"
+                                     % (len(raw), limit))
             try:
                 text, lossy = raw.decode("utf-8"), False
             except UnicodeDecodeError:
@@ -1086,6 +1222,8 @@ def setup(cfg: dict) -> dict:
         try:
             info["landlock_abi"] = apply_landlock(cfg["exec_paths"], cfg["write_paths"] + [cfg["_private"]])
             cfg["_landlock_abi"] = info["landlock_abi"]
+            if info["landlock_abi"]:  # made now: seccomp (below) forbids making rulesets
+                cfg["_shell_ruleset"] = shell_ruleset(cfg["write_paths"])
         except OSError as e:
             if cfg["landlock"] == "required":
                 raise RuntimeFailure("layer_missing", "landlock: %s" % e)
@@ -1160,7 +1298,8 @@ def main() -> None:
         return
     send({"ok": True, "info": info})
     ops = {"run": runtime.op_run, "read": runtime.op_read, "write": runtime.op_write,
-           "diff": runtime.op_diff, "apply": runtime.op_apply, "ping": runtime.op_ping}
+           "diff": runtime.op_diff, "apply": runtime.op_apply, "ping": runtime.op_ping,
+           "isolated": runtime.op_isolated}
     for line in stdin:
         req_id = None
         try:

@@ -1,6 +1,6 @@
 """A self-contained Python for task images that have none (or one older than the runtime needs).
 
-The in-sandbox runtime (``runtime.py``) and the grading supervisor are Python. A task image
+The in-sandbox runtime (``runtime.py``) is Python. A task image
 without a usable ``python3`` (a Go or Rust project's image, say) gets this bundle
 mounted read-only at ``/.swe/py``: the sandbox image's CPython, its standard library and
 every shared library it and its extension modules link against (``ldd``), with the

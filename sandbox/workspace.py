@@ -30,12 +30,14 @@ from .image_workspace import apply_setup_patch, export_image_tree
 from .models import HardeningPolicy, SandboxConfig, WorkspaceError, WorkspaceSpec
 
 TEMPLATE_FORMAT = "4"  # bump when the scrub changes, so old templates are rebuilt
-_GIT_ENV = {
-    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C",
+# Who made a template's one commit, and when: fixed, so a tree's commit depends on the tree only
+# (the grader rebuilds the graded tree's history the same way).
+GIT_IDENTITY = {
     "GIT_AUTHOR_NAME": "swe-openenv", "GIT_AUTHOR_EMAIL": "base@swe-openenv.invalid",
     "GIT_COMMITTER_NAME": "swe-openenv", "GIT_COMMITTER_EMAIL": "base@swe-openenv.invalid",
     "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
 }
+_GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C", **GIT_IDENTITY}
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
 

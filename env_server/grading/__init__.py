@@ -1,13 +1,21 @@
 """Grade a submission: fresh sandbox, pristine tree + the agent's text diff + test_patch.
 
-The runner is the grader's, not the agent's (docs/grading.md): the agent's changes
-to test files, test-runner configuration, runner-shadowing modules and start-up
-hooks are dropped (``dropped``); pytest runs under the grader's own configuration
-(taken from the pristine tree), with plugin autoload off, an isolated interpreter
-and a supervisor process that owns it. Because the agent's code still runs inside
-the test process, tampering is *detected*: random canary tests, outcome records on
-a channel opened before project code, the JUnit report and the exit status must
-agree (``verdict.py``), else the reward is 0 with ``error_kind: grading_tampered``.
+The runner is the grader's, not the agent's (docs/grading.md): the agent's changes to
+test files, test-runner configuration, runner-shadowing modules and start-up hooks are
+dropped (``dropped``). The verdict holds by construction, not by watching the test
+process from inside it:
+
+- the tests run as the only shell of the grading sandbox, walled off from the runtime
+  that reports to the host (``Sandbox.run_isolated``): nothing they start can signal,
+  trace or write to it, and the exit status, the timing and the files left behind are
+  what the runtime saw;
+- the test process's own testimony (the ``pytest -rA`` log) is checked against canaries
+  it cannot tell from the hidden tests: variants of the hidden tests with one assertion
+  perturbed, planted beside them (``canary.py``, ``verdict.py``);
+- the run looks like the agent's own ``python -m pytest``: same shell, environment,
+  working directory, process tree; the tree's history is one commit, as in the agent's
+  sandbox; no grader file, argument or variable is visible.
+
 A monitor flags hack-shaped code (``suspicious``) without changing the reward.
 Identical (normalised) diffs are graded once.
 """
@@ -15,29 +23,30 @@ Identical (normalised) diffs are graded once.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import secrets
+import shlex
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from sandbox import SandboxConfig, SandboxError, open_sandbox
+from sandbox import PathError, SandboxConfig, SandboxError, open_sandbox
 from sandbox.base import Sandbox
+from sandbox.models import CommandStatus
+from sandbox.workspace import GIT_IDENTITY
 
-from ..diffs import diff_key, filter_diff, normalize_diff, split_diff, touched_paths
-from ..junit import PASSING, JUnitError, Outcome, outcomes_for, parse_junit
+from ..diffs import diff_key, filter_diff, normalize_diff, touched_paths
+from ..junit import PASSING, Outcome
 from ..task import TaskInstance
-from . import harness, kit
-from .canary import Canary, make_canary
+from . import harness, pytest_log
+from .canary import Canary, function_id, plan_canaries
 from .monitor import scan_diff, summarize
-from .runner_config import RunnerConfig, runner_config
-from .verdict import cross_check
+from .runner_config import runner_config
+from .verdict import TESTS_FAILED, RunFacts, tamper_reasons
 
-GRADER_VERSION = "3"  # part of the cache key: a changed grader re-grades
+GRADER_VERSION = "4"  # part of the cache key: a changed grader re-grades
 GradeMode = Literal["resolved", "pass_rate"]
 LOG_TAIL_CHARS = 4000
 
@@ -115,12 +124,18 @@ class GradeCache:
 
 _DEFAULT_CACHE = GradeCache()
 
-
-KIT_ROOT = "/tmp/.grade"
+STAGE_ROOT = "/tmp/.grade"  # the diffs are staged here, applied, and removed before any test runs
+MAX_DIFF_BYTES = 4 * 1024 * 1024  # a larger submission is the agent's problem, never the grader's
+OUTPUT_LIMIT = 8 * 1024 * 1024  # of the test run's output kept (head and tail): the summary is at the end
+MAX_WATCHED = 200  # test modules and conftests compared before and after the run
+# The graded tree's history looks like the agent's: one commit of the tree, with the template's metadata.
+_REBUILD_GIT = ("rm -rf .git && git init --quiet --initial-branch=main && git config core.logAllRefUpdates false "
+                "&& git config gc.auto 0 && git add --all --force . && git commit --quiet --no-verify --allow-empty "
+                "-m base && rm -rf .git/logs .git/hooks && mkdir .git/hooks")
 
 
 async def _stage(sb: Sandbox, dest: str, files: dict[str, str]) -> None:
-    """Place ``files`` in ``dest`` under /tmp/.grade (outside the workspace) with one command."""
+    """Place ``files`` in ``dest`` (outside the workspace) with one command."""
     tag = dest.rsplit("/", 1)[-1]
     staged = []
     for name, data in files.items():
@@ -128,22 +143,28 @@ async def _stage(sb: Sandbox, dest: str, files: dict[str, str]) -> None:
         await sb.write_file(staging, data.encode("utf-8", "surrogateescape"))
         staged.append(f"/workspace/{staging} {dest}/{name}")
     moves = " && ".join(f"mv -f -- {pair}" for pair in staged)
-    res = await sb.run(f"mkdir -p {dest}/home {dest}/pyc && {moves}", timeout_s=60)
+    res = await sb.run(f"mkdir -p {dest} && {moves}", timeout_s=60)
     if not res.ok:
-        raise SandboxError(f"could not stage the grading kit: {res.output[-500:]}")
+        raise SandboxError(f"could not stage the diffs: {res.output[-500:]}")
 
 
 async def _apply(sb: Sandbox, patch_path: str) -> tuple[bool, str]:
-    res = await sb.run(f"git apply --whitespace=nowarn {patch_path} 2>&1 || "
-                       f"patch --batch --fuzz=5 -p1 -i {patch_path} 2>&1", timeout_s=120)
+    res = await sb.run(f"cd /workspace && {{ git apply --whitespace=nowarn {patch_path} 2>&1 || "
+                       f"patch --batch --fuzz=5 -p1 -i {patch_path} 2>&1; }}", timeout_s=120)
     return res.ok, res.output
 
 
-def _score(task: TaskInstance, report: dict[str, Outcome], mode: GradeMode, log: str,
+async def _run(sb: Sandbox, command: str, what: str) -> str:
+    res = await sb.run(command, timeout_s=300)
+    if not res.ok:
+        raise SandboxError(f"could not {what}: {res.output[-500:]}")
+    return res.output
+
+
+def _score(task: TaskInstance, outcome_of: Any, mode: GradeMode, log: str,
            applied: bool, dropped: list[str]) -> GradeResult:
-    lookup = harness.outcomes if task.test_cmd else outcomes_for  # harness ids are the parser's, verbatim
-    f2p = lookup(task.FAIL_TO_PASS, report)
-    p2p = lookup(task.PASS_TO_PASS, report)
+    f2p = {t: outcome_of(t) for t in task.FAIL_TO_PASS}
+    p2p = {t: outcome_of(t) for t in task.PASS_TO_PASS}
     # a FAIL_TO_PASS test is fixed only when it passes; an expected failure is not a fix
     passed = sum(1 for o in f2p.values() if o == "passed") + sum(1 for o in p2p.values() if o in PASSING)
     total = len(f2p) + len(p2p)
@@ -155,141 +176,144 @@ def _score(task: TaskInstance, report: dict[str, Outcome], mode: GradeMode, log:
                        log_tail=log[-LOG_TAIL_CHARS:])
 
 
-def pytest_args(task: TaskInstance, canary: Canary, junit: str, ini: str) -> list[str]:
-    """The grader's pytest command line (the test process never sees it in argv)."""
-    return ["-c", ini, "--rootdir", "/workspace", "--confcutdir", "/workspace", "-p", "no:cacheprovider",
-            "-q", "-rA", "--continue-on-collection-errors", f"--junitxml={junit}",
-            *task.tests, canary.must_pass, canary.must_fail]
+def pytest_command(python: str, selected: list[str]) -> str:
+    """The graded pytest run: what an agent would type, its test functions in a random order."""
+    selected = list(dict.fromkeys(selected))
+    secrets.SystemRandom().shuffle(selected)
+    return f"{python} -m pytest -rA " + " ".join(shlex.quote(t) for t in selected)
 
 
-def _summary(output: str, nonce: str) -> dict[str, Any] | None:
-    marker = f"SWEGRADE {nonce} "
-    for line in reversed(output.splitlines()):
-        if line.startswith(marker):
-            try:
-                data = json.loads(line[len(marker):])
-            except ValueError:
-                return None
-            return data if isinstance(data, dict) else None
-    return None
+async def _read_many(sb: Sandbox, paths: list[str]) -> dict[str, bytes | None]:
+    out: dict[str, bytes | None] = {}
+    for path in paths:
+        try:
+            out[path] = await sb.read_file(path)
+        except PathError:
+            out[path] = None
+    return out
 
 
-@dataclass(frozen=True)
-class _Kit:
-    """One grading's secrets and the files staged for it (diffs, supervisor, boot, ini, plan), in one move."""
+@dataclass
+class _Graded:
+    """A prepared grading tree: what to run and what to watch."""
 
-    dir: str
-    nonce: str
-    canary: Canary
-    files: dict[str, str]
-
-
-def _make_kit(task: TaskInstance, agent_diff: str, config: RunnerConfig | None, timeout_s: float) -> _Kit:
-    """The kit of a pytest grading (``config`` given) or of a harness grading (``task.test_cmd``)."""
-    nonce, canary = secrets.token_hex(16), make_canary(task.tests)
-    dest = f"{KIT_ROOT}/{secrets.token_hex(8)}"
-    junit = f"{dest}/junit.xml"
-    touched = sorted({p for block in split_diff(agent_diff) for p in block.paths})
-    plan: dict[str, Any] = {"nonce": nonce, "dir": dest, "workspace": "/workspace", "junit": junit,
-                            "timeout_s": timeout_s}
-    files = {"supervisor.py": kit.script("supervisor.py")}
-    if task.test_cmd:
-        plan.update(command=task.test_cmd, watch=sorted(touched_paths(task.test_patch)))
-    else:
-        assert config is not None
-        plan.update({
-            "canary": {"path": canary.path, "source": canary.source, "mtime_ref": canary.mtime_ref},
-            "watch": sorted({t.split("::", 1)[0] for t in task.tests if t.split("::", 1)[0].endswith(".py")}),
-            "boot": {"workspace": "/workspace", "junit": junit, "touched": touched,
-                     "args": pytest_args(task, canary, junit, f"{dest}/pytest.ini")},
-        })
-        files.update({"boot.py": kit.script("boot.py"), "pytest.ini": config.ini})
-    files["plan.json"] = json.dumps(plan)
-    if agent_diff.strip():
-        files["agent.diff"] = agent_diff
-    if task.test_patch.strip():
-        files["test.diff"] = task.test_patch
-    return _Kit(dir=dest, nonce=nonce, canary=canary, files=files)
+    command: str
+    canaries: list[Canary]
+    watched: dict[str, bytes | None]
+    renamed: dict[str, str] = field(default_factory=dict)
 
 
-async def _run_tests(sb: Sandbox, kit_: _Kit, timeout_s: float) -> tuple[dict[str, Any] | None, bytes | None,
-                                                                            bytes, str]:
-    """Run the hidden tests under the supervisor; (summary, JUnit or harness log, channel bytes, output)."""
-    # No git history in the graded tree: the agent's code cannot tell grader-written files apart by it.
-    # the image's python (the pytest grader needs its environment's), else the sandbox's bundled one
-    python = "$(command -v python || command -v python3 || echo /.swe/py/python)"
-    run = await sb.run(f"cd /workspace && rm -rf .git && {python} -I -S -B {kit_.dir}/supervisor.py "
-                       f"{kit_.dir}/plan.json", timeout_s=timeout_s + 60)
-    summary = _summary(run.output, kit_.nonce)
-    report: bytes | None = None
-    channel = b""
-    if summary is not None:
-        channel = await sb.read_file(f".swe-grade-{kit_.nonce}.chan")
-        if summary.get("log_sha256"):
-            report = await sb.read_file(f".swe-grade-{kit_.nonce}.log")
-        elif summary.get("junit"):
-            report = await sb.read_file(f".swe-grade-{kit_.nonce}.xml")
-    return summary, report, channel, run.output
+async def _prepare_pytest(sb: Sandbox, task: TaskInstance, config: SandboxConfig) -> _Graded:
+    """The grader's pytest configuration (only where the pristine one loads code or redirects
+    reports), the canaries planted in the test modules, before the history is rebuilt."""
+    runner = await asyncio.to_thread(runner_config, task, config)
+    if runner.dropped_options:
+        await sb.write_file("pytest.ini", runner.ini.encode())
+    modules = sorted({t.split("::", 1)[0] for t in task.tests if t.split("::", 1)[0].endswith(".py")})
+    sources = {p: data.decode("utf-8") for p, data in (await _read_many(sb, modules)).items()
+               if data is not None and _utf8(data)}
+    plan = plan_canaries(task.tests, sources, prefer=task.FAIL_TO_PASS)
+    for path, text in plan.files.items():
+        await sb.write_file(path, text.encode("utf-8"))
+    python = (await _run(sb, "command -v python >/dev/null && echo python || echo python3", "find python")).strip()
+    return _Graded(command=pytest_command(python or "python", plan.select(task.tests)), canaries=plan.canaries,
+                   watched={p: None for p in sorted(set(modules) | set(plan.files))}, renamed=plan.renamed)
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
 
 
 async def _grade_in_sandbox(task: TaskInstance, agent_diff: str, dropped: list[str], config: SandboxConfig,
                             mode: GradeMode, timeout_s: float) -> GradeResult:
     if task.test_cmd:
         harness.parser(task.log_parser or "")  # HarnessError before any sandbox starts
-        kit_ = _make_kit(task, agent_diff, None, timeout_s)
-    else:
-        kit_ = _make_kit(task, agent_diff, await asyncio.to_thread(runner_config, task, config), timeout_s)
-    canary = kit_.canary
     sb = await open_sandbox(task.workspace_spec(), config)
+    base = dict(mode=mode, dropped=dropped)
     try:
-        applied = True
-        await _stage(sb, kit_.dir, kit_.files)
-        if agent_diff.strip():
-            ok, log = await _apply(sb, f"{kit_.dir}/agent.diff")
+        dest = f"{STAGE_ROOT}/{secrets.token_hex(8)}"
+        files = {name: text for name, text in (("agent.diff", agent_diff), ("test.diff", task.test_patch))
+                 if text.strip()}
+        if files:
+            await _stage(sb, dest, files)
+        if "test.diff" in files:
+            ok, log = await _apply(sb, f"{dest}/test.diff")
             if not ok:
-                return GradeResult(reward=0.0, mode=mode, applied=False, dropped=dropped, error_source="agent",
+                return GradeResult(reward=0.0, **base, applied=True, error_source="env",
+                                   error="the task's test_patch does not apply", log_tail=log[-LOG_TAIL_CHARS:])
+        if task.test_cmd:
+            graded = _Graded(command=task.test_cmd, canaries=[],
+                             watched={p: None for p in sorted(touched_paths(task.test_patch))})
+        else:
+            graded = await _prepare_pytest(sb, task, config)
+        conftests = (await _run(sb, "cd /workspace && git ls-files -o -c --exclude-standard -z -- "
+                                    "'conftest.py' '*/conftest.py'", "list conftests")).split("\0")
+        for path in conftests:
+            if path and len(graded.watched) < MAX_WATCHED:
+                graded.watched.setdefault(path, None)
+        await _run(sb, f"cd /workspace && (export {_git_env()}; {_REBUILD_GIT})", "rebuild the graded tree's history")
+        if "agent.diff" in files:
+            ok, log = await _apply(sb, f"{dest}/agent.diff")
+            if not ok:
+                return GradeResult(reward=0.0, **base, applied=False, error_source="agent",
                                    error="the submitted diff does not apply to the base commit",
                                    log_tail=log[-LOG_TAIL_CHARS:])
-        if task.test_patch.strip():
-            ok, log = await _apply(sb, f"{kit_.dir}/test.diff")
-            if not ok:
-                return GradeResult(reward=0.0, mode=mode, applied=applied, dropped=dropped, error_source="env",
-                                   error="the task's test_patch does not apply", log_tail=log[-LOG_TAIL_CHARS:])
-        summary, junit_bytes, channel, output = await _run_tests(sb, kit_, timeout_s)
-        # The agent's code ran in this sandbox: a hang or a crash may be its doing, so a missing report
-        # is charged to the agent (a trainer masks env/infra failures, which the policy must never reach).
-        # With no agent diff, the task is broken.
+        await _run(sb, f"rm -rf {STAGE_ROOT}", "clear the staged diffs")
+        before = await _read_many(sb, list(graded.watched))
+        run = await sb.run_isolated(graded.command, timeout_s, OUTPUT_LIMIT)
+        # The agent's code ran in this sandbox: a hang, a crash, a dead sandbox may be its doing, so
+        # they are charged to the agent (a trainer masks env/infra failures, which the policy must
+        # never reach). With no agent diff, the task is broken.
         source = "agent" if agent_diff.strip() else "env"
-        if summary is None:  # killed or starved by what ran under it (or the task's python is broken)
-            return GradeResult(reward=0.0, mode=mode, applied=applied, dropped=dropped, error_source=source,
-                               error="no test report: the grading supervisor gave no summary",
-                               log_tail=output[-LOG_TAIL_CHARS:])
-        log_tail = str(summary.get("log_tail", ""))
-        if summary.get("timed_out"):
-            return GradeResult(reward=0.0, mode=mode, applied=applied, dropped=dropped, error_source=source,
-                               error="no test report (timeout)", log_tail=log_tail)
+        if run.status is CommandStatus.sandbox_died:
+            return GradeResult(reward=0.0, **base, applied=True, error_source=source,
+                               error="the sandbox died during the test run", log_tail=run.output[-LOG_TAIL_CHARS:])
+        if run.status is CommandStatus.timeout:
+            return GradeResult(reward=0.0, **base, applied=True, error_source=source,
+                               error=f"no test report (timeout): the tests ran past {timeout_s:.0f} s",
+                               log_tail=run.output[-LOG_TAIL_CHARS:])
+        try:
+            after = await _read_many(sb, list(graded.watched))
+        except SandboxError as exc:  # the run left a sandbox that cannot answer: the run's doing
+            return GradeResult(reward=0.0, **base, applied=True, error_source=source,
+                               error=f"the sandbox failed after the test run: {exc}",
+                               log_tail=run.output[-LOG_TAIL_CHARS:])
+        facts = RunFacts(exit_code=run.exit_code,
+                         changed_files=tuple(p for p in graded.watched if before[p] != after[p]))
         if task.test_cmd:
-            return _harness_verdict(task, summary, junit_bytes, mode, applied, dropped, agent_diff, source)
-        report: dict[str, Outcome] | None = None
-        report_error = "no JUnit report"
-        if junit_bytes is not None and hashlib.sha256(junit_bytes).hexdigest() == summary.get("junit_sha256"):
-            try:
-                report = parse_junit(junit_bytes)
-            except JUnitError as exc:
-                report_error = str(exc)
-        if hashlib.sha256(channel).hexdigest() != summary.get("channel_sha256"):
-            reasons = ["the outcome records changed after the run"]
-        else:
-            reasons = cross_check(summary, report, channel, canary, task.tests)
-        if reasons:
-            return _distrusted(reasons, agent_diff, log_tail, mode=mode, applied=applied, dropped=dropped)
-        if report is None:
-            return GradeResult(reward=0.0, mode=mode, applied=applied, dropped=dropped, error_source=source,
-                               error=f"no test report (exit {summary.get('exit_code')}): {report_error}",
-                               log_tail=log_tail)
-        return _score(task, report, mode, log_tail, applied, dropped)
+            return _harness_verdict(task, facts, run.output, run.truncated, agent_diff, source, **base)
+        return _pytest_verdict(task, facts, run.output, run.truncated, graded, agent_diff, source, **base)
     finally:
         await sb.close()
+
+
+def _git_env() -> str:
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in GIT_IDENTITY.items())
+
+
+def _pytest_verdict(task: TaskInstance, facts: RunFacts, log: str, truncated: bool, graded: _Graded,
+                    agent_diff: str, source: str, **base: Any) -> GradeResult:
+    canaries = graded.canaries
+    known = {t.split("::", 1)[0] for t in task.tests} | {c.nodeid.split("::", 1)[0] for c in canaries}
+    reported = pytest_log.rename_back(pytest_log.normalise(pytest_log.summary(log), known), graded.renamed)
+    required = {t: pytest_log.lookup(t, reported) for t in task.tests}
+    reasons = tamper_reasons(facts, reported, canaries, required)
+    tail = log[-LOG_TAIL_CHARS:]
+    if reasons:
+        return _distrusted(reasons, agent_diff, tail, applied=True, **base)
+    if facts.exit_code not in (0, TESTS_FAILED):
+        lost = " after its output passed the limit" if truncated else ""
+        return GradeResult(reward=0.0, **base, applied=True, error_source=source, log_tail=tail,
+                           error=f"no complete test report: pytest exited {facts.exit_code}{lost}")
+    res = _score(task, lambda t: required[t], base["mode"], log, True, base["dropped"])
+    if truncated and not res.resolved and any(o == "missing" for o in required.values()):
+        res.error, res.error_source = (f"the test output passed {OUTPUT_LIMIT // (1024 * 1024)} MB and "
+                                       "the report of some tests was lost"), source
+    return res
 
 
 def _distrusted(reasons: list[str], agent_diff: str, log_tail: str, **base: Any) -> GradeResult:
@@ -302,26 +326,22 @@ def _distrusted(reasons: list[str], agent_diff: str, log_tail: str, **base: Any)
                        log_tail=log_tail, error="grading tampered: " + "; ".join(reasons[:3]))
 
 
-def _harness_verdict(task: TaskInstance, summary: dict[str, Any], log_bytes: bytes | None, mode: GradeMode,
-                     applied: bool, dropped: list[str], agent_diff: str, source: str) -> GradeResult:
+def _harness_verdict(task: TaskInstance, facts: RunFacts, log: str, truncated: bool, agent_diff: str,
+                     source: str, **base: Any) -> GradeResult:
     """Score a harness run from its log, after the checks a log allows (``harness.check_log``)."""
     assert task.log_parser is not None
-    base = dict(mode=mode, applied=applied, dropped=dropped)
-    if log_bytes is None or hashlib.sha256(log_bytes).hexdigest() != summary.get("log_sha256"):
-        reasons = ["the test log changed after the run"]
-        log = ""
-        report: dict[str, Outcome] = {}
-    else:
-        log = log_bytes.decode("utf-8", "replace")
-        report = harness.parse_log(task.log_parser, log)
-        reasons = harness.check_log(task.log_parser, log, report, summary, task.tests)
+    report = harness.parse_log(task.log_parser, log)
+    reasons = harness.check_log(task.log_parser, log, report,
+                                {"exit_code": facts.exit_code, "changed_files": list(facts.changed_files)},
+                                task.tests)
     tail = log[-LOG_TAIL_CHARS:]
     if reasons:
-        return _distrusted(reasons, agent_diff, tail, **base)
+        return _distrusted(reasons, agent_diff, tail, applied=True, **base)
     if not report:
-        return GradeResult(reward=0.0, **base, error_source=source, log_tail=tail,
-                           error=f"no test results in the log (exit {summary.get('exit_code')})")
-    return _score(task, report, mode, tail, applied, dropped)
+        lost = " (its output passed the limit)" if truncated else ""
+        return GradeResult(reward=0.0, **base, applied=True, error_source=source, log_tail=tail,
+                           error=f"no test results in the log (exit {facts.exit_code}){lost}")
+    return _score(task, lambda t: report.get(t, "missing"), base["mode"], log, True, base["dropped"])
 
 
 async def grade_submission(task: TaskInstance, diff: str, config: SandboxConfig,
@@ -338,6 +358,11 @@ async def grade_submission(task: TaskInstance, diff: str, config: SandboxConfig,
     protected = touched_paths(task.test_patch)
     agent_diff, dropped = filter_diff(diff, protected, harness.runner_paths(task.log_parser if task.test_cmd else None))
     suspicious, detail = summarize(scan_diff(diff))
+    size = len(agent_diff.encode("utf-8", "surrogateescape"))
+    if size > MAX_DIFF_BYTES:  # the submission's own size: the agent's doing, never an infra failure
+        return GradeResult(reward=0.0, mode=mode, dropped=dropped, suspicious=suspicious,
+                           suspicious_detail=detail, error_source="agent",
+                           error=f"the submitted diff is {size} bytes, over the {MAX_DIFF_BYTES}-byte limit")
     key = diff_key(GRADER_VERSION, task.instance_id, mode, task.test_patch, "\n".join(task.tests),
                    task.test_cmd or "", task.log_parser or "", normalize_diff(agent_diff))
     cache = _DEFAULT_CACHE if cache is None else cache

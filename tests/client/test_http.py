@@ -119,3 +119,25 @@ async def test_replay_traces_read_through_the_client(auth_server):
     async with traces.env_client("wrong-77a1") as client:
         with pytest.raises(EnvAuthError, match=f"env replica {url} refused the connection"):
             await traces.fetch_trace(client, url, eid)
+
+
+async def test_per_client_tokens_through_the_client(make_server):
+    """A server with per-client tokens: the client moves a URL's `?token=` into the header (the
+    server refuses it in an HTTP URL), and sees only its own episodes; another client's is an
+    `EnvNotFoundError` like a missing one; the operator's client reads all of them."""
+    alice, bob, ops = "alice-tok-0b7c2e55", "bob-tok-94d1a3f0", "ops-tok-6e28c7b1"
+    with make_server(client_tokens={"alice": alice, "bob": bob}, operator_tokens={"ops": ops}) as srv:
+        mine = await episode(f"{srv.url}?token={alice}", steps=1)  # /mux, the token from the URL
+        theirs = await episode(srv.ws_url + "/mux", token=bob, steps=1)
+        async with AsyncHttpClient(f"{srv.url}?token={alice}") as a, AsyncHttpClient(srv.url, token=ops) as op:
+            assert a.url == srv.url and await a.episodes() == [mine]
+            assert (await a.state(mine, 1)).t == 1
+            for read in (lambda e: a.state(e, 0), a.trace_records):
+                with pytest.raises(EnvNotFoundError) as hidden:
+                    await read(theirs)
+                with pytest.raises(EnvNotFoundError) as missing:
+                    await read("no-such-episode")
+                assert (hidden.value.code, hidden.value.status) == (missing.value.code, missing.value.status)
+                assert hidden.value.code == "EPISODE_NOT_FOUND"
+            assert set(await op.episodes()) == {mine, theirs}
+            assert (await op.state(theirs, 1)).episode_id == theirs

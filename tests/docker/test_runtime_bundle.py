@@ -1,4 +1,4 @@
-"""A task image with no Python at all: the runtime and the grading supervisor run on the
+"""A task image with no Python at all: the runtime runs on the
 bundled interpreter (sandbox/runtime_bundle.py); the image's own shell, git and harness do the rest.
 
 The fixture image is the offline Debian base plus git, holding a small shell library whose
@@ -90,7 +90,7 @@ def test_session_runs_on_the_bundled_python_in_an_image_without_one(task):
     asyncio.run(main())
 
 
-def test_harness_grading_on_the_bundled_supervisor(task):
+def test_harness_grading_in_an_image_without_python(task):
     cfg = SandboxConfig(backend="docker")
 
     async def main():

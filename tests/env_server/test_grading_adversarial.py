@@ -1,7 +1,8 @@
 """No reward without a fix: every attempt of ``grading_attacks`` is a real episode over the real server.
 
 For each sandbox backend and each kind of task (the demo task, whose tests are hidden
-in ``test_patch``; a built task of the small pack, whose tests are in the workspace),
+in ``test_patch``; a built task of the small pack, whose tests are in the workspace; a mined
+release-diff task of six, a real historical fix),
 one server runs, in the same campaign, the controls (the gold patch: 1.0; an empty
 submit: 0.0) and every attack (via the agent's own tools: one ``bash`` call, then
 ``submit``). Each attack must score 0.0 and be *witnessed*: dropped with its reason,
@@ -26,6 +27,7 @@ from env_server.diffs import split_diff
 from env_server.episode import EpisodeConfig
 from env_server.task import TaskInstance, load_tasks
 from grading_attacks import Ctx, attacks, bash_script
+from grading_attacks_r2 import attacks_r2, bash_script_r2
 from sandbox import SandboxConfig
 
 pytestmark = [requires_sandbox, pytest.mark.timeout(1200)]
@@ -81,6 +83,9 @@ def _campaign(backend: str, tasks_path: Path, data_dir: Path) -> dict[tuple[str,
                 for attack in attacks(ctx):
                     jobs[(task.instance_id, attack.name)] = asyncio.ensure_future(
                         _episode(srv.url.replace("http", "ws"), task, bash_script(attack, ctx), sem))
+                for attack in attacks_r2(ctx):  # the second round (docs/grading.md)
+                    jobs[(task.instance_id, attack.name)] = asyncio.ensure_future(
+                        _episode(srv.url.replace("http", "ws"), task, bash_script_r2(attack, ctx), sem))
             return {k: await v for k, v in jobs.items()}
 
         return asyncio.run(main())
@@ -91,12 +96,17 @@ def _tasks_file(tmp: Path, demo_tasks_path: Path) -> Path:
 
     if str(Path(__file__).parents[1]) not in sys.path:  # tests/ (taskpack), after the project
         sys.path.append(str(Path(__file__).parents[1]))
-    from taskpack import load_small_pack
+    from taskpack import load_small_pack, mined_pack_or_missing
 
-    rows = [json.loads(demo_tasks_path.read_text().splitlines()[0])]
-    rows[0]["repo_path"] = str((demo_tasks_path.parent / rows[0]["repo_path"]).resolve())
-    rows[0]["python_env"] = str((demo_tasks_path.parent / rows[0]["python_env"]).resolve())
-    rows.append(load_small_pack(3)[0])
+    def resolved(tasks_path: Path) -> dict:
+        row = json.loads(tasks_path.read_text().splitlines()[0])
+        for key in ("repo_path", "python_env"):
+            row[key] = str((tasks_path.parent / row[key]).resolve())
+        return row
+
+    # the demo task (tests hidden in test_patch), a built task (tests in the workspace) and a
+    # mined release-diff task (a real historical fix, its tests hidden in test_patch)
+    rows = [resolved(demo_tasks_path), load_small_pack(3)[0], resolved(mined_pack_or_missing())]
     path = tmp / "tasks.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
@@ -141,7 +151,7 @@ def test_every_attack_scores_zero_and_is_witnessed(campaign):
     failures = []
     count = 0
     for task in tasks:
-        for attack in attacks(ctx_for(task)):
+        for attack in attacks(ctx_for(task)) + attacks_r2(ctx_for(task)):
             count += 1
             res = results[(task.instance_id, attack.name)]
             meta = res["metadata"]
@@ -153,7 +163,7 @@ def test_every_attack_scores_zero_and_is_witnessed(campaign):
                 failures.append(f"{task.instance_id} {attack.name}: expected {attack.expect} "
                                 f"({attack.reason or attack.evidence}), got dropped={meta.get('dropped')} "
                                 f"error={meta.get('grade_error') or meta.get('error_message')}")
-    assert count >= 2 * 25
+    assert count >= 2 * (25 + 15)
     assert not failures, f"[{backend}] " + "\n".join(failures)
 
 

@@ -1,18 +1,15 @@
-"""The pure parts of the grader's defences: what is dropped, the grader's own pytest config,
-the monitor's flags and the cross-check of a run's three witnesses (no sandbox needed)."""
+"""The pure parts of the grader's defences: what is dropped, the grader's own pytest config and
+the monitor's flags (no sandbox needed; the canaries and the log verdict: test_grading_canaries.py)."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 
 import pytest
 
 from env_server.diffs import filter_diff
-from env_server.grading.canary import make_canary
 from env_server.grading.monitor import scan_diff, summarize
 from env_server.grading.runner_config import _pristine_config, render
-from env_server.grading.verdict import cross_check
 
 
 def added(path: str, text: str, mode: str = "100644") -> str:
@@ -97,57 +94,3 @@ def test_runner_config_comes_from_the_base_commit_not_the_working_tree(tmp_path)
     cfg = _pristine_config(str(repo), base)
     assert cfg.source == "pyproject.toml"  # pytest's precedence: pyproject before setup.cfg
     assert "xfail_strict = true" in cfg.ini and "addopts = -q" in cfg.ini and "evil" not in cfg.ini
-
-
-def _witnesses(outcomes: dict[str, str], canary, *, exit_code=1, junit_outcomes=None, extra=()):
-    """A consistent (honest) channel + JUnit report + summary for ``outcomes`` (node id -> outcome)."""
-    phase = {"passed": ("ok", "ok", "ok"), "failed": ("ok", "raised", "ok")}
-    records = [{"k": "start"}]
-    for nodeid, outcome in outcomes.items():
-        s, c, t = phase[outcome]
-        records.append({"k": "test", "id": nodeid, "setup": s, "call": c, "teardown": t})
-    records += list(extra)
-    records += [{"k": "sessionfinish", "exitstatus": exit_code}, {"k": "exit", "code": exit_code, "junit_sha256": "J"}]
-    junit = {}
-    for nodeid, outcome in {**outcomes, **(junit_outcomes or {})}.items():
-        path, _, name = nodeid.partition("::")
-        junit[f"{path[:-3]}::{name}"] = outcome
-    channel = "".join(json.dumps(r) + "\n" for r in records).encode()
-    return {"exit_code": exit_code, "junit_sha256": "J", "changed_files": []}, junit, channel
-
-
-def test_cross_check_accepts_an_honest_run_and_names_each_disagreement():
-    canary = make_canary(["test_m.py::test_a"])
-    honest = {"test_m.py::test_a": "passed", canary.must_pass: "passed", canary.must_fail: "failed"}
-    summary, junit, channel = _witnesses(honest, canary)
-    assert cross_check(summary, junit, channel, canary, ["test_m.py::test_a"]) == []
-
-    failing = {**honest, "test_m.py::test_a": "failed"}
-    summary, junit, channel = _witnesses(failing, canary, junit_outcomes={"test_m.py::test_a": "passed"})
-    assert cross_check(summary, junit, channel, canary, ["test_m.py::test_a"]) == [
-        "JUnit reports test_m.py::test_a passed; the run saw failed"]
-
-    summary, junit, channel = _witnesses(honest, canary, junit_outcomes={canary.must_fail: "passed"})
-    assert any("canary test that must fail did not" in r
-               for r in cross_check(summary, junit, channel, canary, ["test_m.py::test_a"]))
-
-    summary, junit, channel = _witnesses(honest, canary, exit_code=0)
-    assert "the test process exited 0 although a canary test must fail" in cross_check(
-        summary, junit, channel, canary, ["test_m.py::test_a"])
-
-    summary, junit, channel = _witnesses(honest, canary, extra=[{"k": "violation", "what": "runner patched"}])
-    assert cross_check(summary, junit, channel, canary, ["test_m.py::test_a"]) == ["runner patched"]
-
-    summary, junit, channel = _witnesses(honest, canary)
-    cut = b"".join(line + b"\n" for line in channel.splitlines() if b'"exit"' not in line)
-    assert "the test process ended without the grader's exit record" in cross_check(
-        summary, junit, cut, canary, ["test_m.py::test_a"])
-    assert "outcome record 1 is not the grader's" in cross_check(
-        summary, junit, b"garbage\n" + channel, canary, ["test_m.py::test_a"])
-
-
-def test_an_aborted_run_that_passes_nothing_is_not_tampering():
-    canary = make_canary(["tests/test_m.py::test_a"])
-    assert canary.path.startswith("tests/test_") and canary.must_fail.startswith(canary.path + "::test_")
-    summary, junit, channel = _witnesses({"tests/test_m.py::test_a": "failed"}, canary, exit_code=2)
-    assert cross_check(summary, junit, channel, canary, ["tests/test_m.py::test_a"]) == []
