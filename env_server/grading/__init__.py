@@ -148,9 +148,12 @@ async def _stage(sb: Sandbox, dest: str, files: dict[str, str]) -> None:
         raise SandboxError(f"could not stage the diffs: {res.output[-500:]}")
 
 
-async def _apply(sb: Sandbox, patch_path: str) -> tuple[bool, str]:
-    res = await sb.run(f"cd /workspace && {{ git apply --whitespace=nowarn {patch_path} 2>&1 || "
-                       f"patch --batch --fuzz=5 -p1 -i {patch_path} 2>&1; }}", timeout_s=120)
+async def _apply(sb: Sandbox, patch_path: str, fuzzy: bool = False) -> tuple[bool, str]:
+    """``git apply``; the task's own ``test_patch`` (trusted) may fall back to a fuzzy ``patch``.
+    The agent's diff never does: it is exactly what git reads, or it is not applied."""
+    fallback = f" || patch --batch --fuzz=5 -p1 -i {patch_path} 2>&1" if fuzzy else ""
+    res = await sb.run(f"cd /workspace && {{ git apply --whitespace=nowarn {patch_path} 2>&1{fallback}; }}",
+                       timeout_s=120)
     return res.ok, res.output
 
 
@@ -241,7 +244,7 @@ async def _grade_in_sandbox(task: TaskInstance, agent_diff: str, dropped: list[s
         if files:
             await _stage(sb, dest, files)
         if "test.diff" in files:
-            ok, log = await _apply(sb, f"{dest}/test.diff")
+            ok, log = await _apply(sb, f"{dest}/test.diff", fuzzy=True)
             if not ok:
                 return GradeResult(reward=0.0, **base, applied=True, error_source="env",
                                    error="the task's test_patch does not apply", log_tail=log[-LOG_TAIL_CHARS:])
