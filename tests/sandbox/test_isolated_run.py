@@ -71,7 +71,8 @@ async def test_an_isolated_command_reaches_nothing_but_its_own(harness):
         assert iso.ok and a["reach"], iso
         assert all(got == [] for got in a["reach"].values()), a["reach"]  # runtime, init: out of reach
         # the grader's run looks like the agent's own: same processes, environment, cwd, parent, fds
-        assert a["procs"] == b["procs"] and a["env"] == b["env"] and a["cwd"] == b["cwd"] == "/workspace"
+        steady = [lambda v: sorted(p for p in v["procs"] if p != "sleep")]  # docker's watchdog naps come and go
+        assert steady[0](a) == steady[0](b) and a["env"] == b["env"] and a["cwd"] == b["cwd"] == "/workspace"
         assert a["parent"] == b["parent"] == "bash --noprofile --norc" and a["fds"] == b["fds"]
         # the agent's own shell cannot signal or open the runtime either (it is outside its domain)
         assert not any("signal" in got or "fd1" in got for name, got in b["reach"].items()

@@ -259,14 +259,27 @@ async def test_cpu_policy_applies_to_everything_and_cannot_be_raised(harness):
 
 
 async def test_runtime_that_stops_answering_is_declared_dead(harness, monkeypatch):
-    """A wedged runtime (stopped by SIGSTOP from inside) hits the host's deadline: the
-    session says it died instead of hanging, and later calls fail at once."""
+    """The agent cannot stop its runtime (it is outside the shell's Landlock domain); a runtime
+    wedged anyway (here: SIGSTOP from the host) hits the host's deadline: the session says it
+    died instead of hanging, and later calls fail at once."""
+    import signal
+
     import sandbox.channel as channel
 
     monkeypatch.setattr(channel, "WATCHDOG_PERIOD_S", 0.1)
+    before = set(host_procs("/.swe/runtime.py"))
     async with harness.session() as sb:
+        tried = await sb.run("kill -STOP $(ps -o ppid= -p $$)")
+        if sb.info.landlock_abi >= 6:
+            assert tried.status is CommandStatus.nonzero_exit and "not permitted" in tried.output, tried
+            assert (await sb.run("echo alive")).output == "alive\n"
+        runtimes = [pid for pid, cmd in host_procs("/.swe/runtime.py").items()
+                    if pid not in before and "-I -S /.swe/runtime.py" in cmd
+                    and not cmd.split()[0].endswith("bwrap")]  # bwrap's own command line names it too
+        assert len(runtimes) == 1, runtimes
+        os.kill(runtimes[0], signal.SIGSTOP)
         start = time.monotonic()
-        res = await sb._channel.run("kill -STOP $(ps -o ppid= -p $$)", timeout_s=0.5)  # grace: 15 s
+        res = await sb._channel.run("echo hi", timeout_s=0.5)  # grace: 15 s
         waited = time.monotonic() - start
         assert res.status is CommandStatus.sandbox_died, res
         assert 15 <= waited < 25, waited
@@ -276,6 +289,7 @@ async def test_runtime_that_stops_answering_is_declared_dead(harness, monkeypatc
             pass
         else:
             raise AssertionError("a dead session answered")
+        os.kill(runtimes[0], signal.SIGCONT)
 
 
 async def test_swept_background_jobs_leave_no_notice_in_later_output(harness):
