@@ -70,9 +70,26 @@ class CanaryPlan:
         return [c.nodeid for c in self.canaries]
 
     def select(self, tests: list[str]) -> list[str]:
-        """Function-level ids to run: the required tests (renamed ones by their new name) and the canaries."""
-        funcs = [self.renamed.get(function_id(t), function_id(t)) for t in tests]
-        return list(dict.fromkeys(funcs + self.nodeids))
+        """The ids to run: the required tests (renamed ones by their new name) and the canaries, each
+        canary for the same parameters as its original. A test whose id is not an exact pytest id
+        (cut at a space, the SWE-bench way) is run whole, with all its parameters."""
+        params: dict[str, list[str] | None] = {}
+        for test in tests:
+            fid = function_id(test)
+            suffix = test[len(fid):]
+            exact = not suffix or (suffix.startswith("[") and suffix.endswith("]")
+                                   and suffix.count("[") == suffix.count("]"))
+            if not exact or params.get(fid, []) is None:
+                params[fid] = None
+            else:
+                params.setdefault(fid, []).append(suffix)
+
+        def ids(fid: str, suffixes: list[str] | None) -> list[str]:
+            return [fid] if suffixes is None or "" in suffixes else [fid + s for s in suffixes]
+
+        out = [i for fid, sfx in params.items() for i in ids(self.renamed.get(fid, fid), sfx)]
+        out += [i for c in self.canaries for i in ids(c.nodeid, params.get(c.original) if c.original else None)]
+        return list(dict.fromkeys(out))
 
 
 def function_id(nodeid: str) -> str:
@@ -348,11 +365,25 @@ def _copy(fn: ast.FunctionDef, name: str, index: int | None = None, stmt: ast.st
     return new
 
 
-def _group(fn: ast.FunctionDef, names: Any, pool: dict[type, list[object]],
-           rng: secrets.SystemRandom) -> tuple[ast.FunctionDef, list[tuple[ast.FunctionDef, str]]] | None:
+def _helpers(tree: ast.Module, fn: ast.FunctionDef) -> set[str]:
+    """Classes and functions the test module (or the test itself) defines: objects of its own making
+    may compare however they like (a test of ``__eq__`` may build one equal to everything)."""
+    names = {n.name for n in _defs(tree.body) if isinstance(n, (ast.ClassDef, ast.FunctionDef))
+             and not n.name.startswith("test")}
+    names |= {n.name for n in _own_nodes(fn) if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))}
+    return names
+
+
+def _uses(stmt: ast.stmt, names: set[str]) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(stmt))
+
+
+def _group(fn: ast.FunctionDef, names: Any, pool: dict[type, list[object]], rng: secrets.SystemRandom,
+           helpers: set[str] = frozenset()) -> tuple[ast.FunctionDef, list[tuple[ast.FunctionDef, str]]] | None:
     """(the original under a fresh name, [(canary, kind), ...]) or None when ``fn`` cannot be varied.
-    ``names()`` gives the members' names in order (the same sequence for every branch of a test)."""
-    spots = _assertions(fn)
+    ``names()`` gives the members' names in order (the same sequence for every branch of a test).
+    Assertions on objects the test module makes itself (``helpers``) are left alone."""
+    spots = [i for i in _assertions(fn) if not _uses(fn.body[i], helpers)]
     if not spots:
         return None
     with_literal = [i for i in spots if _literal_slot(fn.body[i]) is not None]
@@ -418,7 +449,7 @@ def _vary_module(path: str, source: str, targets: list[_Target], rng: secrets.Sy
                 return n
 
             try:
-                group = _group(fn, names, pool, rng)
+                group = _group(fn, names, pool, rng, _helpers(tree, fn))
             except StopIteration:  # this branch's group is shaped otherwise: leave the test alone
                 group = None
             if group is None or (groups and [k for _, k in group[1]] != [k for _, k in groups[0][1][1]]):
