@@ -8,7 +8,8 @@ the p50 wall time of a grading (fresh sandbox until it is closed), the overhead
 ((after - before) / before) and both rewards (1.0 expected; a mismatch is flagged loudly).
 The total row is the median over tasks of the per-task p50s, and its overhead.
 
-* before: ``legacy_grade`` below, a baseline re-implementation of the previous grader
+* before (``--before REF``): the grader at a git ref, e.g. the commit before a change to the defences;
+* before (default): ``legacy_grade`` below, a baseline re-implementation of the previous grader
   (apply the agent diff and the test_patch, run pytest straight in the workspace, read the
   JUnit report back). It exists only here, to measure against.
 * after: the current ``env_server.grading.grade_submission`` (canaries planted in the test
@@ -89,15 +90,37 @@ async def legacy_grade(task: TaskInstance, diff: str, config: SandboxConfig,
         await sb.close()
 
 
+def grader_at(ref: str):
+    """BASELINE ONLY: ``grade_submission`` of the grader at git ``ref`` (its ``env_server`` package
+    extracted to a temporary folder as ``env_server_before``), adapted to take this tree's tasks."""
+    import importlib
+    import subprocess
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="grader-before-"))
+    subprocess.run(f"git -C {ROOT} archive {ref} env_server | tar -x -C {root}", shell=True, check=True)
+    (root / "env_server").rename(root / "env_server_before")
+    sys.path.append(str(root))
+    grading = importlib.import_module("env_server_before.grading")
+    old_task = importlib.import_module("env_server_before.task")
+
+    async def grade(task: TaskInstance, diff: str, config: SandboxConfig) -> tuple[float, str | None]:
+        old = old_task.TaskInstance.model_validate(task.model_dump())
+        res = await grading.grade_submission(old, diff, config, "resolved", cache=grading.GradeCache(max_entries=0),
+                                             timeout_s=TIMEOUT_S)
+        return res.reward, res.error
+    return grade
+
+
 async def current_grade(task: TaskInstance, diff: str, config: SandboxConfig) -> tuple[float, str | None]:
     res = await grade_submission(task, diff, config, "resolved", cache=GradeCache(max_entries=0),
                                  timeout_s=TIMEOUT_S)
     return res.reward, res.error
 
 
-async def bench_task(task: TaskInstance, config: SandboxConfig, reps: int) -> dict:
+async def bench_task(task: TaskInstance, config: SandboxConfig, reps: int, before=None) -> dict:
     """Warm-up each, then ``reps`` rounds of before, after; wall times and every reward seen."""
-    graders = {"before": legacy_grade, "after": current_grade}
+    graders = {"before": before or legacy_grade, "after": current_grade}
     times: dict[str, list[float]] = {k: [] for k in graders}
     rewards: dict[str, list[float]] = {k: [] for k in graders}
     errors: dict[str, str] = {}
@@ -132,6 +155,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5, help="timed gradings per grader per task (after 1 warm-up)")
     ap.add_argument("--backend", choices=("bwrap", "docker"), default="bwrap")
     ap.add_argument("--tasks", metavar="FILE", help="a tasks.jsonl to bench instead of demo + small pack")
+    ap.add_argument("--before", metavar="REF", help="compare with the grader at this git ref (e.g. the commit "
+                    "before a change to the defences) instead of the baseline without defences")
     a = ap.parse_args()
     if a.reps < 1:
         ap.error("--reps must be at least 1")
@@ -139,16 +164,18 @@ def main() -> int:
     tasks = load_bench_tasks(a.tasks)
     config = SandboxConfig(backend=a.backend)
     rtt_before = pipe_round_trip_us()
+    before = grader_at(a.before) if a.before else None
     results = {}
     for task in tasks:
         print(f"grading {task.instance_id} ...", file=sys.stderr, flush=True)
-        results[task.instance_id] = asyncio.run(bench_task(task, config, a.reps))
+        results[task.instance_id] = asyncio.run(bench_task(task, config, a.reps, before))
     rtt_after = pipe_round_trip_us()
 
     width = max(28, *(len(t) for t in results))
     print(f"\ngrading bench: gold patch, {a.backend} backend, {os.cpu_count()} cores, {len(tasks)} tasks, "
           f"{a.reps} reps per grader (+1 warm-up), before/after alternating")
-    print("  before = legacy_grade (baseline, no defences); after = grade_submission (current, cache off)")
+    print(f"  before = {'the grader at ' + a.before if a.before else 'legacy_grade (baseline, no defences)'}; "
+          "after = grade_submission (current, cache off)")
     print(f"{'task':{width}}  {'before p50':>10}  {'after p50':>10}  {'overhead':>8}  rewards before/after")
     mismatch = False
     for tid, r in results.items():
