@@ -390,25 +390,30 @@ class Shell:
         if self.layer_fd is not None:
             landlock_restrict(self.layer_fd)
 
-    def start(self) -> None:
+    def spawn(self) -> tuple:
+        """A fresh ``bash`` laid out as the persistent one: (process, script fd, output fd, status fd),
+        the last two non-blocking. Its fd 62 is the output pipe, its stdout the status pipe."""
         cmd_r, cmd_w = _pipe_above(62)
         out_r, out_w = _pipe_above(62)
         st_r, st_w = _pipe_above(62)
         os.dup2(out_w, 62)  # the child's fd 62 (the parent's copy closes below)
         os.close(out_w)
         try:
-            self.proc = subprocess.Popen(
+            proc = subprocess.Popen(
                 ["bash", "--noprofile", "--norc"], stdin=cmd_r, stdout=st_w, stderr=subprocess.DEVNULL,
                 pass_fds=(62,), cwd=WORKSPACE, env=self.env, close_fds=True,
                 preexec_fn=self._restrict if self.layer_fd is not None else None)
         finally:
             for fd in (62, cmd_r, st_w):
                 os.close(fd)
-        self.out_fd, self.status_fd, self.in_fd = out_r, st_r, cmd_w
         for fd in (out_r, st_r):
             os.set_blocking(fd, False)
+        return proc, cmd_w, out_r, st_r
+
+    def start(self) -> None:
+        self.proc, self.in_fd, self.out_fd, self.status_fd = self.spawn()
         self.poller = select.poll()
-        for fd in (out_r, st_r):
+        for fd in (self.out_fd, self.status_fd):
             self.poller.register(fd, select.POLLIN)
         self.children_fd = _open_children(self.proc.pid)
 
@@ -419,12 +424,16 @@ class Shell:
             except (OSError, TypeError):
                 pass
 
-    def restart(self) -> None:
+    def stop(self) -> None:
+        """End the shell and every process of the session but the runtime."""
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
         self.close_fds()
         kill_all_but_me(set())
+
+    def restart(self) -> None:
+        self.stop()
         self.start()
 
 
@@ -844,32 +853,14 @@ class Runtime:
         except UnicodeEncodeError as e:
             raise RuntimeFailure("invalid_arguments", "command is not valid Unicode text (position %d)" % e.start)
         sh = self.shell
-        if sh.proc is not None and sh.proc.poll() is None:
-            sh.proc.kill()
-            sh.proc.wait()
-        sh.close_fds()
-        kill_all_but_me(set())
-        in_r, in_w = _pipe_above(62)
-        out_r, out_w = _pipe_above(62)
-        st_r, st_w = _pipe_above(62)
-        os.dup2(out_w, 62)
-        os.close(out_w)
+        sh.stop()
         start = time.monotonic()
-        try:
-            proc = subprocess.Popen(
-                ["bash", "--noprofile", "--norc"], stdin=in_r, stdout=st_w, stderr=subprocess.DEVNULL,
-                pass_fds=(62,), cwd=WORKSPACE, env=sh.env, close_fds=True,
-                preexec_fn=sh._restrict if sh.layer_fd is not None else None)
-        finally:
-            for fd in (62, in_r, st_w):
-                os.close(fd)
+        proc, in_w, out_r, st_r = sh.spawn()
         try:
             _write_all(in_w, script)  # bash reads it, then meets EOF and exits with the command's status
         except OSError:
             pass
         os.close(in_w)
-        for fd in (out_r, st_r):
-            os.set_blocking(fd, False)
         poller = select.poll()
         poller.register(out_r, select.POLLIN)
         poller.register(st_r, select.POLLIN)

@@ -202,7 +202,7 @@ class _Graded:
 
     command: str
     canaries: list[Canary]
-    watched: dict[str, bytes | None]
+    watched: list[str]  # test modules and conftests compared before and after the run
     renamed: dict[str, str] = field(default_factory=dict)
 
 
@@ -213,22 +213,18 @@ async def _prepare_pytest(sb: Sandbox, task: TaskInstance, config: SandboxConfig
     if runner.dropped_options:
         await sb.write_file("pytest.ini", runner.ini.encode())
     modules = sorted({t.split("::", 1)[0] for t in task.tests if t.split("::", 1)[0].endswith(".py")})
-    sources = {p: data.decode("utf-8") for p, data in (await _read_many(sb, modules)).items()
-               if data is not None and _utf8(data)}
+    sources: dict[str, str] = {}
+    for path, data in (await _read_many(sb, modules)).items():
+        try:  # a module that is missing or not UTF-8 text is left as it is
+            sources[path] = data.decode("utf-8")  # type: ignore[union-attr]
+        except (AttributeError, UnicodeDecodeError):
+            pass
     plan = plan_canaries(task.tests, sources, prefer=task.FAIL_TO_PASS)
     for path, text in plan.files.items():
         await sb.write_file(path, text.encode("utf-8"))
     python = (await _run(sb, "command -v python >/dev/null && echo python || echo python3", "find python")).strip()
     return _Graded(command=pytest_command(python or "python", plan.select(task.tests)), canaries=plan.canaries,
-                   watched={p: None for p in sorted(set(modules) | set(plan.files))}, renamed=plan.renamed)
-
-
-def _utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-        return True
-    except UnicodeDecodeError:
-        return False
+                   watched=sorted(set(modules) | set(plan.files)), renamed=plan.renamed)
 
 
 async def _grade_in_sandbox(task: TaskInstance, agent_diff: str, dropped: list[str], config: SandboxConfig,
@@ -250,14 +246,12 @@ async def _grade_in_sandbox(task: TaskInstance, agent_diff: str, dropped: list[s
                                    error="the task's test_patch does not apply", log_tail=log[-LOG_TAIL_CHARS:])
         if task.test_cmd:
             graded = _Graded(command=task.test_cmd, canaries=[],
-                             watched={p: None for p in sorted(touched_paths(task.test_patch))})
+                             watched=sorted(touched_paths(task.test_patch)))
         else:
             graded = await _prepare_pytest(sb, task, config)
         conftests = (await _run(sb, "cd /workspace && git ls-files -o -c --exclude-standard -z -- "
                                     "'conftest.py' '*/conftest.py'", "list conftests")).split("\0")
-        for path in conftests:
-            if path and len(graded.watched) < MAX_WATCHED:
-                graded.watched.setdefault(path, None)
+        graded.watched = list(dict.fromkeys(graded.watched + [p for p in conftests if p]))[:MAX_WATCHED]
         await _run(sb, f"cd /workspace && (export {_git_env()}; {_REBUILD_GIT})", "rebuild the graded tree's history")
         if "agent.diff" in files:
             ok, log = await _apply(sb, f"{dest}/agent.diff")
@@ -266,7 +260,7 @@ async def _grade_in_sandbox(task: TaskInstance, agent_diff: str, dropped: list[s
                                    error="the submitted diff does not apply to the base commit",
                                    log_tail=log[-LOG_TAIL_CHARS:])
         await _run(sb, f"rm -rf {STAGE_ROOT}", "clear the staged diffs")
-        before = await _read_many(sb, list(graded.watched))
+        before = await _read_many(sb, graded.watched)
         run = await sb.run_isolated(graded.command, timeout_s, OUTPUT_LIMIT)
         # The agent's code ran in this sandbox: a hang, a crash, a dead sandbox may be its doing, so
         # they are charged to the agent (a trainer masks env/infra failures, which the policy must
@@ -280,7 +274,7 @@ async def _grade_in_sandbox(task: TaskInstance, agent_diff: str, dropped: list[s
                                error=f"no test report (timeout): the tests ran past {timeout_s:.0f} s",
                                log_tail=run.output[-LOG_TAIL_CHARS:])
         try:
-            after = await _read_many(sb, list(graded.watched))
+            after = await _read_many(sb, graded.watched)
         except SandboxError as exc:  # the run left a sandbox that cannot answer: the run's doing
             return GradeResult(reward=0.0, **base, applied=True, error_source=source,
                                error=f"the sandbox failed after the test run: {exc}",

@@ -264,9 +264,9 @@ def _find(tree: ast.Module, qual: list[str]) -> list[ast.FunctionDef]:
     return in_class(cls, qual[-1]) if cls is not None else []
 
 
-def _group_text(fn: ast.FunctionDef, variants: list[ast.FunctionDef], indent: str,
+def _group_text(fn: ast.FunctionDef, canaries: list[ast.FunctionDef], indent: str,
                 rng: secrets.SystemRandom) -> str:
-    members = [fn, *variants]
+    members = [fn, *canaries]
     rng.shuffle(members)
     blocks = []
     for member in members:
@@ -507,18 +507,6 @@ def _vary_module(path: str, source: str, targets: list[_Target], rng: secrets.Sy
     except SyntaxError:  # should not happen; never plant a module that does not parse
         return None
     return new, canaries, renamed
-
-
-def _perturb_prefers_constant(stmt: ast.stmt) -> bool:
-    """Assertions that compare with a literal: their variant also catches objects equal to everything."""
-    if isinstance(stmt, ast.Assert) and isinstance(stmt.test, ast.Compare) and len(stmt.test.ops) == 1:
-        return isinstance(stmt.test.ops[0], ast.Eq) and \
-            _constant_side([stmt.test.left, stmt.test.comparators[0]]) is not None
-    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
-        f = stmt.value.func
-        return isinstance(f, ast.Attribute) and f.attr in _EQUAL_CALLS and \
-            _constant_side(list(stmt.value.args[:2])) is not None
-    return False
 
 
 def _synthetic(existing: set[str], rng: secrets.SystemRandom) -> tuple[str, str]:
