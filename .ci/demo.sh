@@ -30,9 +30,9 @@ echo "== 1/5 tasks (cached): 2 real fixes (source: release-diff) mined from cons
 echo "   on PyPI (gold patch = the maintainers' change, hidden tests = theirs, issue = their changelog),"
 echo "   and 4 synthetic bugs (source: synthetic-mutation: one-token mutations of inflection and idna),"
 echo "   short enough for the tiny demo model to learn to fix"
-$BIN/env-server tasks mine --out "$TASKS_DIR/real" --packages cachetools --max-tasks 2 --min-tasks 2 \
+$BIN/task-factory mine --out "$TASKS_DIR/real" --packages cachetools --max-tasks 2 --min-tasks 2 \
   --max-patch-lines 8 --quiet
-$BIN/env-server tasks build --out "$TASKS_DIR/synthetic" --packages inflection,idna --max-tasks 4 --min-tasks 2 \
+$BIN/task-factory build --out "$TASKS_DIR/synthetic" --packages inflection,idna --max-tasks 4 --min-tasks 2 \
   --quiet
 # one task file for the server: each record's paths are relative to its own folder
 $BIN/python - "$TASKS_DIR" <<'PY'

@@ -18,7 +18,7 @@ Each figure is the median over ``--repeat`` runs.
 
     python bench/bench_client.py [--steps 2000] [--sessions 64] [--session-steps 50] [--repeat 5]
 
-Target (issue 17): the library within 10% of raw frames.
+Target: the library within 10% of raw frames.
 """
 
 from __future__ import annotations
@@ -27,9 +27,7 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -50,7 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import pipe_round_trip_us  # noqa: E402
 
 from env_client import ClientConfig, ReplicaPool  # noqa: E402
-from env_server.demo_task import demo_tasks_file  # noqa: E402
+from env_client.local_server import LocalEnvServer, start_env_server  # noqa: E402
+from task_factory.demo_task import demo_tasks_file  # noqa: E402
 
 TRUE = {"type": "call_tool", "tool_name": "bash", "arguments": {"command": "true"}}
 INSTANCE = "six__demo-1"
@@ -65,23 +64,10 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(p * len(xs)))] * 1000 if xs else float("nan")
 
 
-def start_server(tasks: Path, data: Path, max_sessions: int) -> tuple[subprocess.Popen, str]:
-    """`env-server serve` on a free loopback port (its defaults, no step budget to speak of)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "env_server.cli", "serve", "--port", str(port), "--tasks",
-                             str(tasks), "--data-dir", str(data), "--max-sessions", str(max_sessions),
-                             "--max-steps", "100000"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            httpx.get(url + "/health")
-            return proc, url
-        except httpx.TransportError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("server did not start")
+def start_server(tasks: Path, data: Path, max_sessions: int) -> LocalEnvServer:
+    """`env-server serve` on a free loopback port, healthy (its defaults, no step budget to speak of)."""
+    return start_env_server(tasks, data_dir=data, startup_timeout_s=60, stop_grace_s=60,
+                            extra_args=["--max-sessions", str(max_sessions), "--max-steps", "100000"])
 
 
 # ------------------------------------------------------------------ raw frames
@@ -203,7 +189,8 @@ def main() -> None:
     figures: dict[str, dict[str, list[float]]] = {k: {"p50": [], "p99": [], "cpu_lat": [], "tput": [], "cpu_tput": []}
                                                    for k in ("raw", "lib")}
     with tempfile.TemporaryDirectory() as data:
-        proc, url = start_server(tasks, Path(data), a.sessions + 8)
+        server = start_server(tasks, Path(data), a.sessions + 8)
+        url = server.url
         try:
             run_loop(paired_latency(url, 50))  # warm up both paths (imports, sandbox caches)
             sides = {"raw": raw_throughput, "lib": lib_throughput}
@@ -219,8 +206,7 @@ def main() -> None:
                     figures[name]["tput"].append(rate)
                     figures[name]["cpu_tput"].append(cpu_step * 1e6)
         finally:
-            proc.terminate()
-            proc.wait(60)
+            server.stop()
     rtt_after = pipe_round_trip_us()
     med = {k: {f: statistics.median(v) for f, v in figs.items()} for k, figs in figures.items()}
 

@@ -33,10 +33,10 @@ def main() -> None:
     a = ap.parse_args()
 
     import torch
+    from trainer_client.tiny_qwen import tiny_qwen_dir
     from transformers import AutoModelForCausalLM
     from trl.trainer.utils import add_fused_lm_head
 
-    from trainer_client.model import tiny_qwen_dir
     from trainer_client.trainer import compact_fused_lm_head
 
     torch.manual_seed(0)

@@ -16,7 +16,7 @@ Each sweep point runs ``--repeat`` times on the same server (fresh sessions each
 throughput printed is the median, with the range; p99 and errors cover every run. The load
 generator shares the machine (on uvloop, to take as little of it as it can).
 
-Targets (issue 3, one replica, 2 cores): step p50 <= 1 ms at low load; >= 3000 steps/s
+Targets (one replica, 2 cores): step p50 <= 1 ms at low load; >= 3000 steps/s
 at 64 sessions; 256 sessions with zero errors.
 """
 
@@ -26,15 +26,12 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import httpx
 import websockets
 
 try:
@@ -47,7 +44,9 @@ except ImportError:  # the env extra brings uvloop; without it the client is hea
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import pipe_round_trip_us  # noqa: E402
-from env_server.demo_task import demo_tasks_file  # noqa: E402
+
+from env_client.local_server import LocalEnvServer, start_env_server  # noqa: E402
+from task_factory.demo_task import demo_tasks_file  # noqa: E402
 
 TRUE = {"type": "call_tool", "tool_name": "bash", "arguments": {"command": "true"}}
 
@@ -58,23 +57,10 @@ def pct(xs: list[float], p: float) -> float:
 
 
 def start_server(tasks: Path, data: Path, max_sessions: int, trace_diffs: str,
-                 sandbox_cpu: str = "idle") -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "env_server.cli", "serve", "--port", str(port), "--tasks",
-                             str(tasks), "--data-dir", str(data), "--max-sessions", str(max_sessions),
-                             "--max-steps", "100000", "--trace-diffs", trace_diffs, "--sandbox-cpu", sandbox_cpu],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            httpx.get(url + "/health")
-            return proc, url
-        except httpx.TransportError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("server did not start")
+                 sandbox_cpu: str = "idle") -> LocalEnvServer:
+    return start_env_server(tasks, data_dir=data, startup_timeout_s=60, stop_grace_s=60,
+                            extra_args=["--max-sessions", str(max_sessions), "--max-steps", "100000",
+                                        "--trace-diffs", trace_diffs, "--sandbox-cpu", sandbox_cpu])
 
 
 async def ws_latency(url: str, n: int) -> tuple[list[float], list[float]]:
@@ -164,14 +150,14 @@ def run_mode(tasks: Path, column: str, n: int, sweep_sizes: list[int], sweep_ste
              repeat: int) -> dict:
     trace_diffs, sandbox_cpu = COLUMNS[column]
     with tempfile.TemporaryDirectory() as data:
-        proc, url = start_server(tasks, Path(data), max(sweep_sizes + [8]) + 4, trace_diffs, sandbox_cpu)
+        server = start_server(tasks, Path(data), max(sweep_sizes + [8]) + 4, trace_diffs, sandbox_cpu)
+        url = server.url
         try:
             resets, ws_steps = run_loop(ws_latency(url, n))
             mux_steps = run_loop(mux_latency(url, n))
             rows = [repeated_sweep(url, s, sweep_steps, repeat) for s in sweep_sizes]
         finally:
-            proc.terminate()
-            proc.wait(60)
+            server.stop()
     return {"reset_ms": statistics.median(resets) * 1000, "ws": (pct(ws_steps, .5), pct(ws_steps, .99)),
             "mux": (pct(mux_steps, .5), pct(mux_steps, .99)), "sweep": rows}
 

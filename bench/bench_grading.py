@@ -12,12 +12,12 @@ The total row is the median over tasks of the per-task p50s, and its overhead.
 * before (default): ``legacy_grade`` below, a baseline re-implementation of the previous grader
   (apply the agent diff and the test_patch, run pytest straight in the workspace, read the
   JUnit report back). It exists only here, to measure against.
-* after: the current ``env_server.grading.grade_submission`` (canaries planted in the test
+* after: the current ``verifier.grade_submission`` (canaries planted in the test
   modules, the graded tree's history rebuilt, the tests run as the only shell of the sandbox
   behind a Landlock wall, the log checked against the canaries), with the result cache off.
 
 Tasks: the demo task plus the cached small pack of real tasks (``tests/taskpack.py``,
-3 tasks), or every task of ``--tasks FILE`` (e.g. one built by ``env-server tasks build``).
+3 tasks), or every task of ``--tasks FILE`` (e.g. one built by ``task-factory build``).
 Target: the defences add at most 15% (overall overhead) to a grader with none. A pipe ping-pong round trip
 measured before and after the run tells how busy the machine was.
 """
@@ -37,13 +37,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from env_server.demo_task import demo_tasks_file  # noqa: E402
-from env_server.diffs import filter_diff, touched_paths  # noqa: E402
-from env_server.grading import GradeCache, grade_submission  # noqa: E402
-from env_server.junit import PASSING, outcomes_for, parse_junit  # noqa: E402
-from env_server.task import TaskInstance, load_tasks  # noqa: E402
 from machine import pipe_round_trip_us  # noqa: E402
-from sandbox import SandboxConfig, open_sandbox  # noqa: E402
+
+from sandbox import DEFAULT_BACKEND, SandboxConfig, backend_names, open_sandbox  # noqa: E402
+from task_factory.demo_task import demo_tasks_file  # noqa: E402
+from verifier import GradeCache, grade_submission  # noqa: E402
+from verifier.diffs import filter_diff, touched_paths  # noqa: E402
+from verifier.junit import PASSING, outcomes_for, parse_junit  # noqa: E402
+from verifier.task import TaskInstance, load_tasks  # noqa: E402
 
 TARGET_OVERHEAD = 0.15  # the defences add at most 15% to the grading p50
 TIMEOUT_S = 300
@@ -153,7 +154,7 @@ def reward_cell(rewards: list[float]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=5, help="timed gradings per grader per task (after 1 warm-up)")
-    ap.add_argument("--backend", choices=("bwrap", "docker"), default="bwrap")
+    ap.add_argument("--backend", choices=backend_names(), default=DEFAULT_BACKEND)
     ap.add_argument("--tasks", metavar="FILE", help="a tasks.jsonl to bench instead of demo + small pack")
     ap.add_argument("--before", metavar="REF", help="compare with the grader at this git ref (e.g. the commit "
                     "before a change to the defences) instead of the baseline without defences")

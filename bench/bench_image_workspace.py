@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_image_workspace.py [--reps 5] [--tasks FILE]
 
 Tasks: the SWE-bench-layout instances of ``docker/swebench_layout.py`` (toolz, Django,
-SymPy; built once and cached by the engine) imported with ``env-server tasks import``, or
+SymPy; built once and cached by the engine) imported with ``task-factory import``, or
 every image-resident task of ``--tasks FILE``. For each task, alternating the two modes
 (``SWE_DOCKER_WORKSPACE=copy`` / ``overlay``) after one warm-up each, it measures the wall
 time of ``open_sandbox`` (template cached, container up, runtime answering) and of a first
@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from env_server.task import TaskInstance, load_tasks  # noqa: E402
 from sandbox import SandboxConfig, open_sandbox  # noqa: E402
+from verifier.task import TaskInstance, load_tasks  # noqa: E402
 
 
 def layout_tasks(out: Path) -> Path:
@@ -39,7 +39,7 @@ def layout_tasks(out: Path) -> Path:
     spec.loader.exec_module(layout)
     rows = [layout.build(p, log=lambda m: print(m, file=sys.stderr)) for p in layout.PROJECTS.values()]
     (out / "dataset.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    subprocess.run([sys.executable, "-m", "env_server.cli", "tasks", "import", str(out / "dataset.jsonl"),
+    subprocess.run([sys.executable, "-m", "task_factory", "import", str(out / "dataset.jsonl"),
                     "--out", str(out / "tasks"), "--quiet"], check=True, stdout=subprocess.DEVNULL)
     return out / "tasks" / "tasks.jsonl"
 

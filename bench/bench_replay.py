@@ -23,8 +23,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "replay"))
 
+from env_client.local_server import LocalEnvServer, start_env_server  # noqa: E402
+
 
 def demo_artifacts() -> tuple[Path, Path, list[Path]]:
     """(task file, warm-started policy, teacher checkpoints) cached by `make demo`."""
@@ -53,26 +53,9 @@ def demo_artifacts() -> tuple[Path, Path, list[Path]]:
     return tasks, policies[-1].parent, [*stages, final]
 
 
-def start_server(tasks: Path, data: Path, max_sessions: int = 32) -> tuple[subprocess.Popen, str]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "env-server"), "serve", "--host", "127.0.0.1",
-                             "--port", str(port), "--tasks", str(tasks), "--backend", "bwrap", "--data-dir", str(data),
-                             "--max-sessions", str(max_sessions), "--log-level", "warning"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    import httpx
-
-    for _ in range(300):
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("env server did not start")
+def start_server(tasks: Path, data: Path, max_sessions: int = 32) -> LocalEnvServer:
+    return start_env_server(tasks, backend="bwrap", data_dir=data, startup_timeout_s=60, stop_grace_s=30,
+                            extra_args=["--max-sessions", str(max_sessions), "--log-level", "warning"])
 
 
 def demo_episodes(data: Path, limit: int = 8) -> list[str]:
@@ -92,9 +75,9 @@ def demo_episodes(data: Path, limit: int = 8) -> list[str]:
 
 
 def throughput(url: str, episodes: list[str], checkpoints: list[Path], n_teachers: int, verify: bool) -> dict:
-    from trainer_client.replay.live import pick_states
+    from trainer_client.replay.during_training import pick_states
     from trainer_client.replay.local import local_teachers
-    from trainer_client.replay.replay import ReplayOptions, replay
+    from trainer_client.replay.pair_mining import ReplayOptions, replay
     from trainer_client.replay.traces import env_client, fetch_trace
     from trainer_client.replay.verify import ForkVerifier
 
@@ -128,8 +111,8 @@ def step_times(url: str, tasks: Path, policy: Path, out: Path, steps: int, extra
     """Mean optimizer-step seconds of a `train` run (the first step, with its warm-up, left out), and per
     step: the training thread's seconds on the loop, the loop thread's CPU seconds."""
     import trainer_client.metrics as metrics
-    from trainer_client import cli
     from trainer_client.config import load_config
+    from trainer_client.run import train
 
     stamps: list[float] = []
 
@@ -141,9 +124,9 @@ def step_times(url: str, tasks: Path, policy: Path, out: Path, steps: int, extra
         f"model.name_or_path={policy}", f"env.urls=[\"{url}\"]", f"data.tasks={tasks}", f"grpo.output_dir={out}",
         f"grpo.max_steps={steps + 1}", 'grpo.save_strategy="no"', "grpo.max_completion_length=384", "output.plot=false",
         "loss.beta=0.5", *extra])
-    original, metrics.MetricsCallback = metrics.MetricsCallback, Timed  # cli.train imports it at call time
+    original, metrics.MetricsCallback = metrics.MetricsCallback, Timed  # train imports it at call time
     try:
-        cli.train(cfg)
+        train(cfg)
     finally:
         metrics.MetricsCallback = original
     gaps = [b - a for a, b in zip(stamps, stamps[1:])]
@@ -167,7 +150,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         episodes = demo_episodes(Path(tmp) / "data")
-        proc, url = start_server(tasks, Path(tmp) / "data")
+        server = start_server(tasks, Path(tmp) / "data")
+        url = server.url
         try:
             print(f"replay throughput: {len(episodes)} episodes of the demo's training run, up to 2 states each "
                   "(error sites first)")
@@ -203,8 +187,7 @@ def main() -> None:
                       f"{r['train_thread_s']:>12.3f} s/step {r['loop_cpu_s']:>9.3f} s/step "
                       f"({r['train_thread_s'] / r['step_s'] * 100:.1f}% / {r['loop_cpu_s'] / r['step_s'] * 100:.1f}%)")
         finally:
-            proc.terminate()
-            proc.wait(30)
+            server.stop()
 
 
 if __name__ == "__main__":

@@ -48,9 +48,9 @@ class WaitEnv:
 
 def build(cls, out: Path, n: int):
     from datasets import Dataset
+    from trainer_client.tiny_qwen import tiny_qwen_dir
     from trl import GRPOConfig
 
-    from trainer_client.model import tiny_qwen_dir
     from trainer_client.tokenizer import load_qwen_tokenizer
 
     args = GRPOConfig(output_dir=str(out), per_device_train_batch_size=n, num_generations=n, max_completion_length=96,

@@ -59,7 +59,7 @@ ctx=$(mktemp -d "${TMPDIR:-/tmp}/swe-env-ctx.XXXXXX")
 trap 'rm -rf "$ctx"' EXIT
 # 3. staged context: exactly what env.Dockerfile copies, plus the wheelhouse
 (cd "$ROOT" && tar --exclude=__pycache__ --exclude='*.pyc' --exclude=docker/wheelhouse -cf - \
-    pyproject.toml README.md env_client env_server sandbox trainer_client docker) | tar -C "$ctx" -xf -
+    pyproject.toml README.md contract env_client env_server sandbox trainer_client verifier docker) | tar -C "$ctx" -xf -
 mkdir -p "$ctx/docker/wheelhouse"
 cp "$deps_dir"/*.whl "$ctx/docker/wheelhouse/"
 log "building the project wheel"

@@ -1,4 +1,4 @@
-# The env-server image: env_server + sandbox (the `env` extra: no torch), bwrap for the
+# The env-server image: env_server, verifier, contract and sandbox (the `env` extra: no torch; no task factory), bwrap for the
 # sandbox, uvicorn on 0.0.0.0:8000, HEALTHCHECK on /health, non-root.
 #
 # With a registry, from the repository root:
@@ -32,9 +32,11 @@ RUN apt-get update -qq; \
 
 # Only what the package needs (a build from the repository root must not send .venv).
 COPY pyproject.toml README.md /src/
+COPY contract /src/contract
 COPY env_client /src/env_client
 COPY env_server /src/env_server
 COPY sandbox /src/sandbox
+COPY verifier /src/verifier
 COPY trainer_client /src/trainer_client
 COPY docker /src/docker
 RUN python3 -m venv /opt/env-server; \

@@ -21,7 +21,7 @@ synthetic-mutation``, SWE-smith-style), written as issue reports in a user's wor
 FAIL_TO_PASS / PASS_TO_PASS are *measured*: the image's own harness runs on the
 bug and on the release, twice each, in a container with no network, and the
 swebench parser reads the logs (kept per image in the wheel cache). Rows are SWE-bench 5.x-format (``image``,
-``eval_script``, ``log_parser``), ready for ``env-server tasks import``.
+``eval_script``, ``log_parser``), ready for ``task-factory import``.
 
 Usage: python docker/swebench_layout.py OUT_DIR [--projects toolz,django,sympy]
 Images are reused when their build-inputs label matches; sdists and wheels are

@@ -41,9 +41,11 @@ ARG VARIANT=gpu
 COPY --from=deps /opt/trainer /opt/trainer
 # Only what the package needs (a build from the repository root must not send .venv).
 COPY pyproject.toml README.md /src/
+COPY contract /src/contract
 COPY env_client /src/env_client
 COPY env_server /src/env_server
 COPY sandbox /src/sandbox
+COPY verifier /src/verifier
 COPY trainer_client /src/trainer_client
 # The offline Qwen2 tokenizer and the tiny smoke model are built once into a world-readable
 # cache (CPU variant; the GPU variant builds them on first use under $SWE_OPENENV_CACHE).
@@ -56,7 +58,7 @@ RUN if [ -f /opt/trainer/.offline-deps ]; then \
     if [ "$VARIANT" = cpu ]; then \
         python3 -c 'import torch, sys; sys.exit("CUDA torch in the CPU image: %s" % torch.__version__ if torch.version.cuda else 0)'; \
         if python3 -c 'import vllm' 2>/dev/null; then echo 'vllm must not be in the CPU image' >&2; exit 1; fi; \
-        python3 -c 'from trainer_client.model import tiny_qwen_dir; print(tiny_qwen_dir())'; \
+        python3 -c 'from trainer_client.tiny_qwen import tiny_qwen_dir; print(tiny_qwen_dir())'; \
         chmod -R a+rX "$SWE_OPENENV_CACHE"; \
     fi; \
     mkdir -p /app/configs; cp -r /src/trainer_client/configs/. /app/configs/; rm -rf /src

@@ -5,16 +5,16 @@ replica (`/mux`), or `WsSession` over its own OpenEnv `/ws` socket; both reset /
 call_tool / state / close. HTTP: `AsyncHttpClient` (health, metadata, episodes, state(t),
 traces, export). Blocking: `EnvClient` -> `SyncSession`. Training records: `RolloutRecord`
 (`session.export()`, `write_jsonl`, `write_parquet`). Errors are typed (`EnvClientError` and
-its subclasses); wire types come from the contract, `env_server.protocol`.
-Install it alone with `pip install "swe-openenv[client]"`.
+its subclasses); wire types come from the contract (`contract`), the only project package it imports.
+Install it alone, from a checkout: `pip install -e ".[client]"`.
 """
 
 from .config import TOKEN_ENV, ClientConfig, auth_headers, resolve_token, split_token
 from .errors import (EnvAuthError, EnvCapacityError, EnvClientError, EnvConnectionError, EnvForkError, EnvNotFoundError,
                      EnvRequestError, EnvSandboxError, EnvServerError, EnvSessionError, EnvTimeoutError,
                      MissingDependencyError, NoLiveReplicaError, http_error, server_error)
-from .export import (EpisodeRecorder, PolicyTurn, RolloutRecord, TurnRecord, preference_pairs, read_jsonl,
-                     read_parquet, rollout_from_states, rollout_from_trace, sft_examples, write_jsonl, write_parquet)
+from .export import (EpisodeRecorder, PolicyTurn, RolloutRecord, TurnRecord, preference_pairs, read_jsonl, read_parquet,
+                     rollout_from_states, rollout_from_trace, sft_examples, write_jsonl, write_parquet)
 from .http import AsyncHttpClient
 from .mux import MuxConnection
 from .pool import ReplicaPool

@@ -6,7 +6,7 @@ Tool failures are not exceptions: they are observations with `metadata.error_kin
 
 from __future__ import annotations
 
-from env_server.protocol import ErrorCode  # public wire types only
+from contract import ErrorCode  # public wire types only
 
 from .config import TOKEN_ENV
 

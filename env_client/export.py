@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from env_server.protocol import render_context  # public wire types and the shared renderer only
+from contract import render_context  # public wire types and the shared renderer only
 
 from .errors import MissingDependencyError
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from env_server.protocol import StateRecord  # public wire types only
+from contract import StateRecord  # public wire types only
 
 from .config import ClientConfig, auth_headers, split_token
 from .errors import EnvConnectionError, EnvTimeoutError, http_error

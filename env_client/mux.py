@@ -29,7 +29,14 @@ import math
 import uuid
 from typing import Any
 
-from env_server.protocol import MUX_SUBPROTOCOL, ErrorCode, compact_json  # public wire types only
+from contract import (  # public wire types only
+    MUX_SUBPROTOCOL,
+    ErrorCode,
+    MuxReply,
+    MuxRequest,
+    MuxRequestType,
+    compact_json,
+)
 
 from .config import ClientConfig, auth_headers, split_token
 from .errors import EnvAuthError, EnvConnectionError, EnvTimeoutError, server_error
@@ -149,7 +156,7 @@ class MuxConnection:
     async def request(
         self,
         session_id: str,
-        type_: str,
+        type_: MuxRequestType,
         data: dict | None = None,
         *,
         request_id: str | None = None,
@@ -161,7 +168,7 @@ class MuxConnection:
         if self._ws is None:
             await self.connect()
         rid = request_id or uuid.uuid4().hex
-        frame = {"request_id": rid, "session_id": session_id, "type": type_, "data": data or {}}
+        frame = MuxRequest(request_id=rid, session_id=session_id, type=type_, data=data or {}).model_dump()
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
         deadline = loop.time() + (timeout_s or self.config.request_timeout_s)
@@ -182,8 +189,9 @@ class MuxConnection:
             self._pending.pop(rid, None)
             if self._slot_waiters:
                 self._wake_slot_waiter()
-        if reply.get("type") == "error":
-            data = reply.get("data") or {}
+        reply = MuxReply.model_validate(reply).model_dump()
+        if reply["type"] == "error":
+            data = reply["data"]
             if data.get("code") == ErrorCode.UNAUTHORIZED.value:
                 raise EnvAuthError(self.url)
             raise server_error(data)

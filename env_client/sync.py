@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from pydantic import SecretStr
 
-from env_server.protocol import StateRecord  # public wire types only
+from contract import StateRecord  # public wire types only
 
 from .config import ClientConfig
 from .export import PolicyTurn, RolloutRecord

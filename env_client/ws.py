@@ -16,14 +16,12 @@ later request. Over capacity the server sends one CAPACITY_REACHED frame and clo
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
-from env_server.protocol import ErrorCode, compact_json  # public wire types only
+from contract import ErrorCode, WsReply, WsRequest, compact_json  # public wire types only
 
 from .config import ClientConfig, auth_headers, split_token
-from .errors import (EnvAuthError, EnvClientError, EnvConnectionError, EnvSessionError, EnvTimeoutError,
-                     server_error)
+from .errors import EnvAuthError, EnvClientError, EnvConnectionError, EnvSessionError, EnvTimeoutError, server_error
 from .mux import open_websocket
 from .session import SessionBase
 from .urls import http_base, ws_url
@@ -117,7 +115,7 @@ class WsSession(SessionBase):
             ws = self._ws
             try:
                 try:
-                    await ws.send(compact_json({"type": type_, "data": data or {}}))
+                    await ws.send(compact_json(WsRequest(type=type_, data=data or {}).model_dump()))
                 except ConnectionClosed:
                     pass  # the server may have said why (CAPACITY_REACHED) before closing: read it
                 async with asyncio.timeout(timeout_s or self.config.request_timeout_s):
@@ -129,9 +127,9 @@ class WsSession(SessionBase):
             except ConnectionClosed as exc:
                 await self._break(f"the socket closed ({exc.rcvd.code if exc.rcvd else 'no close frame'})")
                 raise EnvConnectionError(f"/ws session on {self.connection.url} lost: {self.broken}") from None
-        reply = json.loads(raw)
-        if reply.get("type") == "error":
-            err = reply.get("data") or {}
+        reply = WsReply.model_validate_json(raw).model_dump()
+        if reply["type"] == "error":
+            err = reply["data"] or {}
             if err.get("code") == ErrorCode.UNAUTHORIZED.value:
                 raise EnvAuthError(self.connection.url)
             if err.get("code") in _FATAL:

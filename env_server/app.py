@@ -16,14 +16,15 @@ from fastapi import APIRouter, Depends, FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import TypeAdapter
 
+from contract import MUX_SUBPROTOCOL, PROTOCOL_VERSION, Action, EpisodeState, ErrorCode, StateRecord, SWEObservation
+from verifier.task import TaskInstance, check_backend, load_tasks
+
 from .auth import Authenticator, Identity, redact_server_logs
 from .config import ServerConfig
 from .errors import ProtocolError
 from .mcp import PARSE_ERROR, handle_jsonrpc
 from .mux import serve_mux
-from .protocol import MUX_SUBPROTOCOL, PROTOCOL_VERSION, Action, EpisodeState, ErrorCode, StateRecord, SWEObservation
 from .service import EnvService
-from .task import TaskInstance, check_backend, load_tasks
 from .tools import TOOL_SPECS
 from .traces import TraceError
 from .ws import serve_ws

@@ -25,8 +25,9 @@ from typing import Any, Mapping
 from pydantic import SecretStr
 from starlette.datastructures import Headers, QueryParams
 
+from contract import ErrorCode
+
 from .errors import ProtocolError
-from .protocol import ErrorCode
 
 __all__ = ["ANONYMOUS", "LEGACY_OPERATOR", "Authenticator", "Identity", "RedactSecrets", "check_identities",
            "load_tokens_file", "redact", "redact_server_logs"]

@@ -1,12 +1,22 @@
-"""``env-server serve ...`` and ``env-server tasks ...`` (the latter from env_server.taskgen)."""
+"""``env-server serve ...``: run the environment server (task production is ``task-factory``)."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
+from collections import Counter
+from enum import Enum
 from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+import yaml
+from pydantic.fields import FieldInfo
+
+from contract.overrides import apply_overrides, read_yaml_mapping, set_dotted
+from sandbox import backend_names
+
+from .config import ServerConfig
 
 
 def _named_tokens(values: list[str] | None, flag: str) -> dict[str, str]:
@@ -54,51 +64,157 @@ def _settings_error(exc: ValueError, validation_error: type) -> str:
     return "; ".join(parts)
 
 
+# Each flag is a shortcut for one setting of ServerConfig (its dotted key); the default and the
+# help come from the model, so they are written once. --config FILE and --set KEY=VALUE reach every
+# setting; a flag given wins over the file, and --set wins over both.
+_FLAGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("--host", "host", {}),
+    ("--port", "port", {"type": int}),
+    ("--tasks", "tasks_path", {"type": Path, "metavar": "FILE"}),
+    ("--backend", "sandbox.backend", {}),
+    ("--max-sessions", "max_sessions", {"type": int}),
+    ("--sandbox-cpu", "sandbox.limits.cpu_policy", {}),
+    ("--data-dir", "data_dir", {"type": Path}),
+    ("--idle-timeout", "idle_timeout_s", {"type": float, "metavar": "SECONDS"}),
+    ("--max-steps", "episode.max_steps", {"type": int}),
+    ("--grade-mode", "episode.grade_mode", {}),
+    ("--trace-diffs", "episode.trace_diffs", {}),
+    ("--fsync", "episode.trace_fsync", {"action": "store_const", "const": True}),
+    ("--log-level", "log_level", {}),
+)
+
+
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
     from pydantic import ValidationError
 
-    from sandbox.models import Limits, SandboxConfig
-
-    from .app import create_app, uvicorn_config
-    from .config import ServerConfig
-    from .episode import EpisodeConfig
-    from .task import TaskFileError
+    from verifier.task import TaskFileError
 
     try:
-        config = ServerConfig(
-            tasks_path=args.tasks, data_dir=args.data_dir, max_sessions=args.max_sessions,
-            idle_timeout_s=args.idle_timeout, **_identities(args),
-            sandbox=SandboxConfig(backend=args.backend, limits=Limits(cpu_policy=args.sandbox_cpu)),
-            episode=EpisodeConfig(max_steps=args.max_steps, grade_mode=args.grade_mode, trace_diffs=args.trace_diffs,
-                                  trace_fsync=args.fsync))
+        config = server_config(args)
     except ValueError as exc:  # a pydantic ValidationError too: its message, never the input (a token)
         print(f"env-server: {_settings_error(exc, ValidationError)}", file=sys.stderr)
         return 2
+    if args.print_config:
+        print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), end="")
+        return 0
+    if config.tasks_path is None:
+        print("env-server: no task file: give --tasks FILE (or tasks_path in --config)", file=sys.stderr)
+        return 2
+    from .app import create_app
+
     try:
         app = create_app(config)
     except TaskFileError as exc:
         print(f"env-server: {exc}", file=sys.stderr)
         return 2
-    uvicorn.Server(uvicorn_config(app, config, args.host, args.port, args.log_level)).run()
+    _run(app, config)
     return 0
+
+
+def ready_line(config: ServerConfig, tasks: list[Any], port: int) -> str:
+    """One line that says the server listens, where, on what, and how to reach it."""
+    sources = Counter(getattr(t, "source", None) or "unlabelled" for t in tasks)
+    mix = ", ".join(f"{n} {src}" for src, n in sources.most_common())
+    tokens = config.auth_token or config.client_tokens or config.operator_tokens
+    auth = "on" if tokens else "off (open to anyone who can connect)"
+    return (f"env-server ready: http://{config.host}:{port} (/ws /mux /mcp /health) | "
+            f"{len(tasks)} task{'s' if len(tasks) != 1 else ''} ({mix}) "
+            f"from {config.tasks_path} | backend {config.sandbox.backend} | auth {auth} | traces in "
+            f"{config.data_dir / 'traces'}")
+
+
+def _run(app: Any, config: ServerConfig) -> None:
+    """Serve until stopped; print the ready line once the sockets listen."""
+    import uvicorn
+
+    from .app import uvicorn_config
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.started and not self.should_exit:
+                port = self.servers[0].sockets[0].getsockname()[1] if self.servers else config.port
+                print(ready_line(config, app.state.service.tasks, port), flush=True)
+
+    Server(uvicorn_config(app, config, config.host, config.port, config.log_level)).run()
+
+
+def server_config(args: argparse.Namespace) -> ServerConfig:
+    """The settings of ``serve``: defaults, then ``--config``, the flags given, ``--set``, validated.
+
+    Relative paths in a config file are taken relative to the file. ValueError (a pydantic
+    ValidationError too) says what is wrong.
+    """
+    raw: dict[str, Any] = {}
+    if args.config is not None:
+        raw = read_yaml_mapping(args.config)
+        for key in ("tasks_path", "data_dir"):
+            if isinstance(raw.get(key), str) and not Path(raw[key]).is_absolute():
+                raw[key] = str(args.config.parent / raw[key])
+    for flag, key, _ in _FLAGS:
+        value = getattr(args, _dest(flag))
+        if value is not None:
+            set_dotted(raw, key, value)
+    apply_overrides(raw, args.overrides)
+    for key, value in _identities(args).items():
+        if value:
+            raw[key] = value
+    return ServerConfig.model_validate(raw)
+
+
+def _dest(flag: str) -> str:
+    return flag.removeprefix("--").replace("-", "_")
+
+
+def _setting(key: str) -> FieldInfo:
+    """The model field a dotted key names."""
+    model: Any = ServerConfig
+    *parents, leaf = key.split(".")
+    for part in parents:
+        model = model.model_fields[part].annotation
+    return model.model_fields[leaf]
+
+
+def _default(key: str) -> Any:
+    value: Any = ServerConfig()
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value.value if isinstance(value, Enum) else value
+
+
+def _add_flags(serve: argparse.ArgumentParser) -> None:
+    for flag, key, extra in _FLAGS:
+        field = _setting(key)
+        kwargs = dict(extra)
+        choices = get_args(field.annotation) if get_origin(field.annotation) is Literal else None
+        if key == "sandbox.backend":
+            choices = tuple(backend_names())
+        if choices and "action" not in kwargs:
+            kwargs["choices"] = list(choices)
+        text = (field.description or "").rstrip(".")
+        where = f"default: {_default(key)}; setting {key}"
+        kwargs["help"] = f"{text} ({where})" if text else where
+        serve.add_argument(flag, default=None, **kwargs)
+
+
+def _tasks_moved(args: argparse.Namespace) -> int:
+    rest = " ".join(args.rest) or "build|mine|validate|reverify|import ..."
+    print(f"env-server tasks: task production is its own command now: task-factory {rest}", file=sys.stderr)
+    return 2
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="env-server", description="SWE-style OpenEnv environment server")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the server")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--tasks", type=Path, required=True, help="JSON/JSONL task file")
-    serve.add_argument("--backend", choices=["bwrap", "docker"], default="bwrap")
-    serve.add_argument("--max-sessions", type=int, default=64)
-    serve.add_argument("--sandbox-cpu", choices=["idle", "batch", "normal"], default="idle",
-                       help="CPU policy of the sandboxes: 'idle' (default) gives them only CPU time this server "
-                            "does not want, so one busy session never slows the others' replies; 'normal' "
-                            "when CPU-heavy processes of equal priority share the machine (see docs/deploy.md)")
-    serve.add_argument("--data-dir", type=Path, default=Path("data"))
-    serve.add_argument("--idle-timeout", type=float, default=600.0, help="seconds before detached sessions close")
+    serve.add_argument("--config", type=Path, default=None, metavar="FILE",
+                       help="server settings (YAML: the keys of --print-config); flags and --set override it")
+    serve.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                       help="one setting by its dotted key, e.g. episode.max_steps=50 or sandbox.limits.memory_mb=2048 "
+                            "(repeatable; the value is read as YAML)")
+    serve.add_argument("--print-config", action="store_true",
+                       help="print the resolved settings as YAML (tokens hidden) and exit")
+    _add_flags(serve)
     serve.add_argument("--auth-token", default=None,
                        help="one bearer token for everyone (or env ENV_SERVER_TOKEN): an operator named "
                             "'operator', who sees every episode; prefer --tokens to separate clients")
@@ -110,18 +226,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a client's token (repeatable; visible in the process list: prefer --tokens)")
     serve.add_argument("--operator-token", action="append", metavar="NAME=TOKEN",
                        help="an operator's token (repeatable; visible in the process list: prefer --tokens)")
-    serve.add_argument("--max-steps", type=int, default=100)
-    serve.add_argument("--grade-mode", choices=["resolved", "pass_rate"], default="resolved")
-    serve.add_argument("--trace-diffs", choices=["all", "edits"], default="all")
-    serve.add_argument("--fsync", action="store_true", help="fsync every trace record")
-    serve.add_argument("--log-level", default="warning")
     serve.set_defaults(func=_serve)
-    try:  # provided by env_server.taskgen (issue 4) when present
-        taskgen = importlib.import_module("env_server.taskgen.cli")
-    except ImportError:
-        taskgen = None
-    if taskgen is not None and hasattr(taskgen, "add_subcommands"):
-        taskgen.add_subcommands(sub)
+    moved = sub.add_parser("tasks", help="moved: task production is its own command, task-factory")
+    moved.add_argument("rest", nargs=argparse.REMAINDER)
+    moved.set_defaults(func=_tasks_moved)
     return parser
 
 

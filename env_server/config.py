@@ -1,10 +1,14 @@
-"""Server configuration (one per process; the CLI builds it from flags)."""
+"""Server configuration: one model per process, every setting with its default written once.
+
+``env-server serve`` builds it from ``--config FILE``, its flags and ``--set KEY=VALUE`` (``env_server/cli.py``).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from sandbox.models import SandboxConfig
 
@@ -13,9 +17,15 @@ from .episode import EpisodeConfig
 
 
 class ServerConfig(BaseModel):
+    """Every setting of one env server (``env-server serve --print-config`` shows them resolved)."""
+
     # hide_input_in_errors: a validation error must not print the tokens
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
+    host: str = Field("127.0.0.1", description="address to listen on (0.0.0.0: every interface)")
+    port: int = Field(8000, ge=0, le=65535, description="port to listen on")
+    log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = Field(
+        "warning", description="uvicorn's log level")
     tasks_path: Path | None = Field(None, description="JSON/JSONL task file")
     data_dir: Path = Field(Path("data"), description="traces live under <data_dir>/traces")
     max_sessions: int = Field(64, gt=0, description="live sessions before CAPACITY_REACHED")
@@ -33,8 +43,21 @@ class ServerConfig(BaseModel):
     mux_closed_replies: int = Field(1024, ge=0, description=(
         "closed mux sessions per connection whose close reply is kept for a retried close; older closed "
         "sessions keep only their id (later requests get SESSION_CLOSED)"))
-    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    sandbox: SandboxConfig = Field(default_factory=dict, validate_default=True, description=(
+        "the sandboxes of the sessions (their CPU policy defaults to idle here)"))
     episode: EpisodeConfig = Field(default_factory=EpisodeConfig)
+
+    @field_validator("sandbox", mode="before")
+    @classmethod
+    def _idle_sandboxes(cls, value: Any) -> Any:
+        """A server's sandboxes run at idle CPU priority unless the settings say otherwise: one busy
+        session then never slows the other sessions' replies (docs/deploy.md)."""
+        if isinstance(value, dict):
+            value = dict(value)
+            limits = value.get("limits")
+            if limits is None or isinstance(limits, dict):
+                value["limits"] = {"cpu_policy": "idle", **(limits or {})}
+        return value
 
     @model_validator(mode="after")
     def _identities(self) -> "ServerConfig":

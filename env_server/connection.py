@@ -12,8 +12,9 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from contract import ErrorCode, MuxReply, WsReply, compact_json
+
 from .errors import ProtocolError
-from .protocol import ErrorCode, compact_json
 
 _CLOSED = object()
 
@@ -72,10 +73,11 @@ class FrameReader:
         await asyncio.gather(task, return_exceptions=True)
         return False, None
 
-    async def send(self, frame: dict[str, Any]) -> bool:
-        """Send one JSON frame; False when the peer is gone."""
+    async def send(self, reply: WsReply | MuxReply) -> bool:
+        """Send one reply frame; False when the peer is gone."""
         if self.closed.is_set():
             return False
+        frame = reply.model_dump()
         try:
             async with self._send_lock:
                 try:

@@ -13,20 +13,28 @@ import logging
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
+from contract import (
+    Action,
+    CallToolAction,
+    ContextSpec,
+    EpisodeState,
+    ErrorCode,
+    ErrorKind,
+    ListToolsAction,
+    SWEObservation,
+)
 from sandbox import ArgumentError, DiffTooLarge, SandboxConfig, SandboxError, open_sandbox
 from sandbox.base import Sandbox
 from sandbox.models import ExactDiff
+from verifier import GradeCache, GradeResult, grade_submission
+from verifier.task import TaskInstance
 
 from .errors import ProtocolError
-from .grading import GradeCache, GradeResult, grade_submission
 from .markers import ToolFailure, failure
-from .protocol import (Action, CallToolAction, ContextSpec, EpisodeState, ErrorCode, ErrorKind, ListToolsAction,
-                       SWEObservation)
 from .tools import TOOL_SPECS, parse_arguments, run_tool
 from .traces import BINARY_DIFF, ForkPoint, TraceStore, TraceWriter
-from .task import TaskInstance
 
 SYSTEM_PROMPT = (
     "You are a software engineer fixing an issue in the repository at /workspace. "
@@ -40,12 +48,15 @@ log = logging.getLogger(__name__)
 class EpisodeConfig(BaseModel):
     """Per-episode policy shared by every session of a server."""
 
+    model_config = ConfigDict(extra="forbid")
+
     max_steps: int = Field(100, gt=0, description="steps before the episode is graded and ends")
-    grade_mode: Literal["resolved", "pass_rate"] = "resolved"
-    grade_timeout_s: float = Field(900.0, gt=0)
+    grade_mode: Literal["resolved", "pass_rate"] = Field("resolved", description=(
+        "reward: 1.0 only when every FAIL_TO_PASS and PASS_TO_PASS test passes, or the fraction that pass"))
+    grade_timeout_s: float = Field(900.0, gt=0, description="wall-clock limit of one grading run")
     trace_diffs: Literal["all", "edits"] = Field(
         "all", description="record the workspace diff after every mutating step, or only after edit tools")
-    trace_fsync: bool = False
+    trace_fsync: bool = Field(False, description="fsync every trace record")
     exact_patch_max_bytes: int = Field(
         4 * 1024 * 1024, gt=0, description="largest exact (--binary) patch kept in a trace (on disk only), for "
         "a workspace whose text diff cannot rebuild it (binary files, bytes that are not UTF-8); past it the "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .protocol import ErrorCode, ErrorData
+from contract import ErrorCode, ErrorData
 
 
 class ProtocolError(Exception):

@@ -13,11 +13,10 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel
 
+from contract import ERROR_KIND_TABLE, ErrorKind, ErrorSource
 from sandbox.models import CommandResult, CommandStatus, PathError
 
-from .protocol import ERROR_KIND_TABLE, ErrorKind, ErrorSource
-
-#: kind -> (hint_template_key, error_source): the contract's table (env_server/protocol.py).
+#: kind -> (hint_template_key, error_source): the contract's table (contract/errors.py).
 KIND_TABLE: dict[ErrorKind, tuple[str, ErrorSource]] = {
     kind: (spec.hint_template_key, spec.error_source) for kind, spec in ERROR_KIND_TABLE.items()
 }

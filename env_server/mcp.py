@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from contract import ErrorCode
+
 from .auth import Identity
 from .errors import ProtocolError
-from .protocol import ErrorCode
 from .service import EnvService, Session
 from .tools import TOOL_SPECS
 

@@ -21,10 +21,11 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.websockets import WebSocket
 
+from contract import ErrorCode, MuxReply, MuxReplyType, MuxRequest
+
 from .auth import Identity
 from .connection import FrameReader
 from .errors import ProtocolError
-from .protocol import ErrorCode, MuxRequest
 from .service import EnvService, Session
 
 log = logging.getLogger(__name__)
@@ -38,18 +39,17 @@ class MuxConnection:
         self.sessions: dict[str, Session] = {}
         self.closed_ids: set[str] = set()
         self.tails: dict[str, asyncio.Task[Any]] = {}  # last request task per session
-        self.replies: dict[str, OrderedDict[str, asyncio.Task[dict[str, Any]]]] = {}
+        self.replies: dict[str, OrderedDict[str, asyncio.Task[MuxReply]]] = {}
         self.closed_order: deque[str] = deque()  # closed sessions still holding their close reply
         self.inflight: set[asyncio.Task[Any]] = set()  # strong references until each request is done
 
-    def reply(self, req: MuxRequest | None, kind: str, data: dict[str, Any],
-              raw: dict[str, Any] | None = None) -> dict[str, Any]:
+    def reply(self, req: MuxRequest | None, kind: MuxReplyType, data: dict[str, Any],
+              raw: dict[str, Any] | None = None) -> MuxReply:
         src = raw or {}
-        return {"request_id": req.request_id if req else _str(src.get("request_id")),
-                "session_id": req.session_id if req else _str(src.get("session_id")),
-                "type": kind, "data": data}
+        return MuxReply(request_id=req.request_id if req else _str(src.get("request_id")),
+                        session_id=req.session_id if req else _str(src.get("session_id")), type=kind, data=data)
 
-    def error(self, req: MuxRequest | None, exc: ProtocolError, raw: dict[str, Any] | None = None) -> dict[str, Any]:
+    def error(self, req: MuxRequest | None, exc: ProtocolError, raw: dict[str, Any] | None = None) -> MuxReply:
         self.service.metrics.protocol_errors.labels(exc.code.value).inc()
         return self.reply(req, "error", exc.data(), raw)
 
@@ -89,11 +89,11 @@ class MuxConnection:
         while len(cache) > self.service.config.mux_reply_cache:
             cache.popitem(last=False)
 
-    async def _resend(self, task: asyncio.Task[dict[str, Any]]) -> None:
+    async def _resend(self, task: asyncio.Task[MuxReply]) -> None:
         if not task.cancelled() and task.exception() is None:
             await self.reader.send(task.result())
 
-    async def _run(self, req: MuxRequest, prev: asyncio.Task[Any] | None) -> dict[str, Any]:
+    async def _run(self, req: MuxRequest, prev: asyncio.Task[Any] | None) -> MuxReply:
         if prev is not None and not prev.done():
             await asyncio.wait((prev,))  # in order within the session; prev's outcome is its own
         try:
@@ -115,7 +115,7 @@ class MuxConnection:
                                 f"no session {req.session_id!r} on this connection: send reset first")
         return session
 
-    async def _execute(self, req: MuxRequest) -> dict[str, Any]:
+    async def _execute(self, req: MuxRequest) -> MuxReply:
         svc = self.service
         if req.type == "reset":
             if req.session_id in self.closed_ids:

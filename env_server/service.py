@@ -21,17 +21,25 @@ from typing import Any, Iterator
 
 from pydantic import TypeAdapter, ValidationError
 
+from contract import (
+    Action,
+    ContextSpec,
+    EpisodeState,
+    ErrorCode,
+    ResetParams,
+    StateParams,
+    SuspicionReason,
+    SWEObservation,
+)
 from sandbox.models import SandboxError, WorkspaceError
+from verifier import GradeCache
+from verifier.task import TaskInstance
 
 from .auth import Identity
 from .config import ServerConfig
 from .episode import Episode
 from .errors import ProtocolError
-from .grading import GradeCache
 from .metrics import Metrics
-from .protocol import (Action, ContextSpec, EpisodeState, ErrorCode, ResetParams, StateParams, SuspicionReason,
-                       SWEObservation)
-from .task import TaskInstance
 from .tools import TOOL_SPECS
 from .traces import ForkPoint, TraceError, TraceStore, fork_point, not_found, state_at
 

@@ -1,4 +1,4 @@
-"""The agent's tools: their execution against a sandbox (their schemas are the contract's, protocol.py).
+"""The agent's tools: their execution against a sandbox (their schemas are the contract's, contract/actions.py).
 
 ``submit`` is listed here but handled by the episode (it needs grading).
 Agent mistakes come back as a :class:`ToolOutcome` with a failure; sandbox
@@ -12,11 +12,11 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from contract import TOOL_ARGS, TOOL_SPECS, BashArgs, CreateArgs, ErrorKind, StrReplaceArgs, ViewArgs
 from sandbox.base import Sandbox
 from sandbox.models import PathError
 
 from .markers import ToolFailure, classify_command, classify_path_error, failure
-from .protocol import TOOL_ARGS, TOOL_SPECS, BashArgs, CreateArgs, ErrorKind, StrReplaceArgs, ViewArgs
 
 __all__ = ["TOOL_ARGS", "TOOL_SPECS", "ToolOutcome", "parse_arguments", "run_tool"]  # specs: the contract's
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .protocol import NextAction, StateRecord, SWEObservation, compact_json, render_context
+from contract import NextAction, StateRecord, SWEObservation, compact_json, render_context
 
 _ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 # A binary file's change as a text diff shows it: the text alone cannot rebuild the file.

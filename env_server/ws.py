@@ -13,32 +13,39 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from pydantic import ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from contract import ErrorCode, WsReply, WsRequest
 
 from .auth import Identity
 from .connection import FrameReader
 from .errors import ProtocolError
 from .mcp import handle_jsonrpc
-from .protocol import ErrorCode
 from .service import EnvService, Session
 
 log = logging.getLogger(__name__)
 
 
 async def dispatch(service: EnvService, session: Session, frame: dict[str, Any],
-                   identity: Identity) -> dict[str, Any] | None:
+                   identity: Identity) -> WsReply | None:
     """The reply to one decoded frame of ``identity``'s connection (None for ``close``)."""
-    kind, data = frame.get("type"), frame.get("data")
+    try:
+        request = WsRequest.model_validate(frame)
+    except ValidationError:
+        raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"Unknown message type: {frame.get('type')!r} "
+                            "(expected reset, step, state, mcp or close)") from None
+    kind, data = request.type, request.data
     if data is not None and not isinstance(data, dict) and kind != "mcp":
         raise ProtocolError(ErrorCode.VALIDATION_ERROR, "data must be a JSON object")
     if kind == "reset":
-        return {"type": "observation", "data": (await service.reset(session, data, identity)).envelope(mcp_result=True)}
+        return WsReply(type="observation", data=(await service.reset(session, data, identity)).envelope(mcp_result=True))
     if kind == "step":
-        return {"type": "observation", "data": (await service.step(session, data)).envelope(mcp_result=True)}
+        return WsReply(type="observation", data=(await service.step(session, data)).envelope(mcp_result=True))
     if kind == "state":
-        return {"type": "state", "data": await service.state(session, data)}
+        return WsReply(type="state", data=await service.state(session, data))
     if kind == "mcp":
-        return {"type": "mcp", "data": await handle_jsonrpc(service, data, session, identity=identity)}
+        return WsReply(type="mcp", data=await handle_jsonrpc(service, data, session, identity=identity))
     if kind == "close":
         return None
     raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"Unknown message type: {kind!r} "
@@ -53,9 +60,9 @@ async def close_quietly(ws: WebSocket) -> None:
         pass
 
 
-def error_frame(service: EnvService, exc: ProtocolError) -> dict[str, Any]:
+def error_frame(service: EnvService, exc: ProtocolError) -> WsReply:
     service.metrics.protocol_errors.labels(exc.code.value).inc()
-    return {"type": "error", "data": exc.data()}
+    return WsReply(type="error", data=exc.data())
 
 
 async def serve_ws(ws: WebSocket, service: EnvService, identity: Identity) -> None:

@@ -1,7 +1,7 @@
 """The `Sandbox` interface: one isolated, long-lived shell per episode.
 
-A backend (bwrap, docker) decides *where* the session runs; the in-sandbox
-runtime (``sandbox/runtime.py``) decides *how* commands and file operations run.
+A backend (``sandbox/backends.py`` lists them) decides *where* the session runs; the
+in-sandbox runtime (``sandbox/runtime.py``) decides *how* commands and file operations run.
 All methods are coroutines so a server can drive hundreds of sessions from one
 event loop; none of them blocks it.
 """
@@ -14,7 +14,7 @@ from .models import CommandResult, ExactDiff, SandboxConfig, SandboxError, Sandb
 
 
 class Sandbox(abc.ABC):
-    """One session's sandbox. Create with :func:`open_sandbox`; close when done."""
+    """One session's sandbox. Create with :func:`sandbox.open_sandbox`; close when done."""
 
     id: str
     info: SandboxInfo
@@ -93,16 +93,3 @@ class Sandbox(abc.ABC):
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-
-async def open_sandbox(spec: WorkspaceSpec, config: SandboxConfig | None = None) -> Sandbox:
-    """Start a session on the configured backend (backends are imported lazily)."""
-    config = config or SandboxConfig()
-    if config.backend == "bwrap":
-        from .bwrap import BwrapSandbox
-
-        return await BwrapSandbox.start(spec, config)
-    if config.backend == "docker":
-        from .docker import DockerSandbox
-
-        return await DockerSandbox.start(spec, config)
-    raise ValueError(f"unknown sandbox backend {config.backend!r}")

@@ -16,22 +16,12 @@ import shutil
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
-from .base import Sandbox
 from .cgroup import SessionCgroup
-from .channel import MAX_LINE, RuntimeChannel
-from .models import (
-    CommandResult,
-    ExactDiff,
-    LayerMode,
-    SandboxClosed,
-    SandboxConfig,
-    SandboxDied,
-    SandboxError,
-    SandboxInfo,
-    SandboxStartError,
-    WorkspaceSpec,
-)
+from .channel import MAX_LINE
+from .jail import JailSandbox
+from .models import LayerMode, SandboxConfig, SandboxInfo, SandboxStartError, WorkspaceSpec
 from .runtime_config import runtime_init, venv_mount_point
 from .toolview import tool_view
 from .workspace import cache_root, prepare_template
@@ -76,25 +66,21 @@ def _synthetic_etc(cache: Path) -> Path:
     return d
 
 
-class BwrapSandbox(Sandbox):
+class BwrapSandbox(JailSandbox):
     """A session in a bubblewrap jail. Use :func:`sandbox.open_sandbox`."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, channel: RuntimeChannel, config: SandboxConfig,
-                 cgroup: SessionCgroup | None, info: SandboxInfo, session_id: str) -> None:
-        self.id = session_id
-        self.info = info
-        self._proc = proc
-        self._channel = channel
-        self._config = config
-        self._cgroup = cgroup
-        self._closed = False
-        self._stderr_task: asyncio.Task | None = None
+    start_timeout_s = START_TIMEOUT_S
 
-    # -- start ------------------------------------------------------------------
+    def __init__(self, proc: asyncio.subprocess.Process, config: SandboxConfig, cgroup: SessionCgroup | None,
+                 info: SandboxInfo, session_id: str) -> None:
+        super().__init__(session_id, config, info, proc.stdout, self._write)
+        self._proc = proc
+        self._cgroup = cgroup
+        self._stderr = bytearray()
+        self._stderr_task = asyncio.create_task(self._drain_stderr())
+
     @classmethod
-    async def start(cls, spec: WorkspaceSpec, config: SandboxConfig) -> "BwrapSandbox":
-        if spec.image_resident:
-            raise SandboxStartError(f"image-resident tasks (code inside {spec.image!r}) need the docker backend")
+    async def launch(cls, spec: WorkspaceSpec, config: SandboxConfig) -> tuple["BwrapSandbox", dict[str, Any]]:
         bwrap = shutil.which("bwrap")
         if bwrap is None:
             raise SandboxStartError("bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
@@ -126,35 +112,18 @@ class BwrapSandbox(Sandbox):
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, start_new_session=True, limit=MAX_LINE,
                 env={"PATH": "/usr/bin:/bin"}, pass_fds=(args_r,))
-        except OSError as e:
+        except BaseException as e:
             if cgroup:
                 cgroup.remove()
-            raise SandboxStartError(f"cannot start bwrap: {e}") from e
+            if isinstance(e, OSError):
+                raise SandboxStartError(f"cannot start bwrap: {e}") from e
+            raise
         finally:
             os.close(args_r)
-
-        async def write(data: bytes) -> None:
-            proc.stdin.write(data)
-            await proc.stdin.drain()
-
-        channel = RuntimeChannel(proc.stdout, write)
         info = SandboxInfo(backend="bwrap", cgroup=cgroup is not None, blocked_tools_absent=True,
                            base_commit=template.base_commit,
                            details={"blocked_paths_hidden": str(len(view.blocked_found))})
-        box = cls(proc, channel, config, cgroup, info, session_id)
-        box._stderr = bytearray()
-        box._stderr_task = asyncio.create_task(box._drain_stderr())
-        try:
-            layers = await channel.handshake(init, START_TIMEOUT_S)
-        except (SandboxError, asyncio.TimeoutError, OSError) as e:
-            await box.close()
-            detail = bytes(box._stderr[-2000:]).decode(errors="replace").strip()
-            raise SandboxStartError(f"sandbox failed to start: {e}{' | ' + detail if detail else ''}") from None
-        info.seccomp = bool(layers.get("seccomp"))
-        info.landlock_abi = int(layers.get("landlock_abi") or 0)
-        info.noexec_workspace = bool(layers.get("noexec_workspace"))
-        info.cpu_policy = str(layers.get("cpu_policy") or "normal")
-        return box
+        return cls(proc, config, cgroup, info, session_id), init
 
     @staticmethod
     def _command(bwrap: str, spec: WorkspaceSpec, config: SandboxConfig, template: Path, view, cache: Path):
@@ -211,6 +180,11 @@ class BwrapSandbox(Sandbox):
                             extra_exec_paths=exec_paths)
         return args, init
 
+    # -- the jail -------------------------------------------------------------------
+    async def _write(self, data: bytes) -> None:
+        self._proc.stdin.write(data)
+        await self._proc.stdin.drain()
+
     async def _drain_stderr(self) -> None:
         try:
             while chunk := await self._proc.stderr.read(65536):
@@ -219,52 +193,14 @@ class BwrapSandbox(Sandbox):
         except Exception:  # noqa: BLE001 - diagnostics only
             pass
 
-    # -- operations -------------------------------------------------------------
-    def _check_open(self) -> None:
-        if self._closed:
-            raise SandboxClosed(f"sandbox {self.id} is closed")
-        if self._channel.dead:
-            raise SandboxDied(self._channel.dead)
-
-    async def run(self, command: str, timeout_s: float | None = None) -> CommandResult:
-        self._check_open()
-        lim = self._config.limits
-        timeout = min(float(timeout_s or lim.command_timeout_s), lim.max_command_timeout_s)
-        return await self._channel.run(command, timeout)
-
-    async def run_isolated(self, command: str, timeout_s: float, output_limit: int) -> CommandResult:
-        self._check_open()
-        timeout = min(float(timeout_s), self._config.limits.max_command_timeout_s)
-        return await self._channel.run_isolated(command, timeout, output_limit)
-
-    async def read_file(self, path: str) -> bytes:
-        self._check_open()
-        return await self._channel.read_file(path)
-
-    async def write_file(self, path: str, data: bytes) -> None:
-        self._check_open()
-        await self._channel.write_file(path, data)
-
-    async def diff(self) -> str:
-        self._check_open()
-        return await self._channel.diff()
-
-    async def diff_exact(self, patch_limit: int) -> ExactDiff:
-        self._check_open()
-        return await self._channel.diff_exact(patch_limit)
-
-    async def apply_patch(self, patch: bytes) -> None:
-        self._check_open()
-        await self._channel.apply_patch(patch)
-
     @property
-    def alive(self) -> bool:
-        return not self._closed and not self._channel.dead and self._proc.returncode is None
+    def jail_alive(self) -> bool:
+        return self._proc.returncode is None
 
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+    def jail_stderr(self) -> str:
+        return bytes(self._stderr).decode(errors="replace")
+
+    async def kill_jail(self) -> None:
         proc = self._proc
         if proc.returncode is None:
             try:
@@ -275,8 +211,6 @@ class BwrapSandbox(Sandbox):
             await asyncio.wait_for(proc.wait(), 10)
         except asyncio.TimeoutError:
             pass
-        if self._stderr_task:
-            self._stderr_task.cancel()
         if self._cgroup is not None:
             for _ in range(50):
                 self._cgroup.kill_all()
@@ -284,3 +218,6 @@ class BwrapSandbox(Sandbox):
                     break
                 await asyncio.sleep(0.02)
             self._cgroup.remove()
+        # the jail is gone: what it wrote last on stderr arrives now (start failures quote it)
+        await asyncio.wait({self._stderr_task}, timeout=0.5)
+        self._stderr_task.cancel()

@@ -17,7 +17,8 @@ containers behind. :func:`reap_containers` removes stragglers by label.
 
 Host paths: bind sources are paths *on the engine's host*. When this code itself
 runs in a container beside the engine (sibling containers via the mounted socket),
-set ``SWE_DOCKER_PATH_MAP="/path/here=/path/on/host[;...]"`` so the template cache,
+set ``SWE_DOCKER_PATH_MAP="/path/here=/path/on/host[;...]"`` (``DockerSettings.path_map``, with
+the other ``SWE_DOCKER_*`` settings in ``docker_engine.py``) so the template cache,
 the runtime script and python envs are translated to the engine's view. The
 alternative (a named volume for the cache) avoids the map but copies each template
 into the volume and ties the cache to the engine; the map keeps one cache on disk.
@@ -26,38 +27,25 @@ into the volume and ties the cache to the engine; the map keeps one cache on dis
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import logging
-import os
-import random
-import secrets
 import struct
-import threading
 import urllib.parse
 from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .base import Sandbox
-from .image_workspace import TOOLS_LABEL
-from .runtime_config import runtime_init, venv_mount_point
-from .models import (
-    CommandResult,
-    CommandStatus,
-    ExactDiff,
-    PathError,
-    SandboxClosed,
-    SandboxConfig,
-    SandboxDied,
-    SandboxInfo,
-    SandboxStartError,
-    WorkspaceSpec,
-)
+from pydantic import ValidationError
 
-LABEL = "org.swe-openenv.sandbox"
-LABEL_OWNER = "org.swe-openenv.owner"
+from .docker_engine import ENV_PREFIX, LABEL, LABEL_OWNER, DockerEngine, DockerSettings, docker_client, docker_engine
+from .image_workspace import TOOLS_LABEL, derived_image
+from .jail import JailSandbox
+from .models import SandboxConfig, SandboxInfo, SandboxStartError, WorkspaceSpec
+from .runtime_bundle import MOUNT as BUNDLE_MOUNT
+from .runtime_bundle import build_bundle, image_has_python, runtime_argv
+from .runtime_config import runtime_init, venv_mount_point
+from .workspace import cache_root, prepare_template
+
 TEMPLATE_MOUNT = "/.swe/template"
 RUNTIME_MOUNT = "/.swe/runtime.py"
 RUNTIME_ARGV = ["python3", "-I", "-S", RUNTIME_MOUNT]
@@ -81,90 +69,7 @@ WATCHDOG = (
 )
 
 
-def _env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
-        return default
-
-
-@dataclass
-class DockerOptions:
-    """Backend settings outside SandboxConfig, from the environment (``SWE_DOCKER_*``)."""
-
-    cpus: float = field(default_factory=lambda: _env_float("SWE_DOCKER_CPUS", 1.0))
-    uid_base: int = field(default_factory=lambda: int(_env_float("SWE_DOCKER_UID_BASE", 200000)))
-    uid_span: int = field(default_factory=lambda: int(_env_float("SWE_DOCKER_UID_SPAN", 100000)))
-    path_map: str = field(default_factory=lambda: os.environ.get("SWE_DOCKER_PATH_MAP", ""))
-    start_timeout_s: float = field(default_factory=lambda: _env_float("SWE_DOCKER_START_TIMEOUT_S", 60.0))
-    # "auto": image-resident workspaces copy-on-write (an overlay volume, sandbox/cow.py) where the
-    # engine can mount one, else copied; "copy": always copied; "overlay": always copy-on-write.
-    workspace: str = field(default_factory=lambda: os.environ.get("SWE_DOCKER_WORKSPACE", "auto"))
-
-    def host_path(self, path: Path) -> str:
-        """``path`` as the engine's host sees it (longest matching prefix of ``path_map``)."""
-        text = str(Path(path).resolve())
-        best: tuple[str, str] | None = None
-        for item in filter(None, self.path_map.split(";")):
-            local, _, host = item.partition("=")
-            local = local.rstrip("/") or "/"
-            if (text == local or text.startswith(local.rstrip("/") + "/")) and (
-                best is None or len(local) > len(best[0])
-            ):
-                best = (local, host.rstrip("/"))
-        if best is None:
-            return text
-        return best[1] + text[len(best[0].rstrip("/")):]
-
-
-class _UidPool:
-    """Per-session uids, so RLIMIT_NPROC (counted per uid host-wide) cannot be
-    exhausted by one session's fork bomb for the others. Unique within a process;
-    a random start makes clashes between processes on one engine unlikely."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._used: set[int] = set()
-        self._next = random.randrange(1 << 30)
-
-    def take(self, opts: DockerOptions) -> int:
-        with self._lock:
-            for _ in range(opts.uid_span):
-                uid = opts.uid_base + self._next % opts.uid_span
-                self._next += 1
-                if uid not in self._used:
-                    self._used.add(uid)
-                    return uid
-        raise SandboxStartError("no free sandbox uid")
-
-    def give(self, uid: int) -> None:
-        with self._lock:
-            self._used.discard(uid)
-
-
-_UIDS = _UidPool()
-_CLIENTS: dict[str | None, Any] = {}
-_CLIENTS_LOCK = threading.Lock()
-_OWNER = f"{os.uname().nodename}:{os.getpid()}:{secrets.token_hex(4)}"
-_SEQ = itertools.count()
 _log = logging.getLogger(__name__)
-_COW_REFUSED: set[str | None] = set()  # engines (docker_url) that could not mount a copy-on-write volume
-
-
-def docker_client(url: str | None = None) -> Any:
-    """A cached ``docker.DockerClient`` for ``url`` (None: from the environment)."""
-    with _CLIENTS_LOCK:
-        client = _CLIENTS.get(url)
-        if client is None:
-            import docker  # optional dependency (extra "env")
-
-            try:
-                client = docker.DockerClient(base_url=url) if url else docker.from_env()
-                client.ping()
-            except Exception as exc:  # DockerException, requests errors, FileNotFoundError
-                raise SandboxStartError(f"no Docker engine at {url or 'default socket'}: {exc}") from exc
-            _CLIENTS[url] = client
-        return client
 
 
 def container_kwargs(
@@ -175,19 +80,20 @@ def container_kwargs(
     template_dir: Path,
     runtime_path: Path,
     python_env: Path | None = None,
-    options: DockerOptions | None = None,
+    options: DockerSettings | None = None,
     name: str | None = None,
     watchdog: bool = True,
     exec_workspace: bool = False,
     workspace_mount: Any = None,
     runtime_bundle: Path | None = None,
 ) -> dict[str, Any]:
-    """``workspace_mount``: a mount for /workspace (a copy-on-write volume) instead of a tmpfs;
+    """Arguments of ``containers.create`` for one hardened session container.
+
+    ``workspace_mount``: a mount for /workspace (a copy-on-write volume) instead of a tmpfs;
     ``runtime_bundle``: a Python for the runtime, for images without one (``runtime_bundle.py``)."""
-    """Arguments of ``containers.create`` for one hardened session container."""
     from docker.types import Mount, Ulimit
 
-    opts = options or DockerOptions()
+    opts = options or DockerSettings()
     lim = config.limits
     ro = dict(type="bind", read_only=True)
     mounts = [
@@ -195,9 +101,7 @@ def container_kwargs(
         Mount(RUNTIME_MOUNT, opts.host_path(runtime_path), **ro),
     ]
     if runtime_bundle is not None:
-        from .runtime_bundle import MOUNT
-
-        mounts.append(Mount(MOUNT, opts.host_path(runtime_bundle), **ro))
+        mounts.append(Mount(BUNDLE_MOUNT, opts.host_path(runtime_bundle), **ro))
     if python_env is not None:
         env_path = str(Path(python_env).absolute())
         mounts.append(Mount(venv_mount_point(env_path, relocate=True), opts.host_path(Path(python_env)), **ro))
@@ -217,7 +121,7 @@ def container_kwargs(
         image=image,
         command=["/bin/sh", "-c", WATCHDOG] if watchdog else ["sleep", "infinity"],
         name=name,
-        labels={LABEL: "1", LABEL_OWNER: _OWNER},
+        labels={LABEL: "1", LABEL_OWNER: docker_engine().owner},
         user=WATCHDOG_USER,
         working_dir="/workspace",
         hostname="sandbox",
@@ -431,91 +335,68 @@ class DockerContainer:
             await asyncio.to_thread(_remove, self.client, self.id)
             if self.cow is not None:
                 await asyncio.to_thread(self.cow.remove)
-            _UIDS.give(self.uid)
+            docker_engine().uids.give(self.uid)
 
 
-class DockerSandbox(Sandbox):
+class DockerSandbox(JailSandbox):
     """A session in its own container, speaking the runtime protocol over an exec stream."""
 
-    def __init__(self, config: SandboxConfig, container: DockerContainer, stream: ExecStream,
-                 channel: Any, info: SandboxInfo, cow: Any = None) -> None:
-        self.id = container.id[:12]
-        self._cow = cow
-        self.info = info
+    runs_image_resident = True
+
+    def __init__(self, config: SandboxConfig, container: DockerContainer, stream: ExecStream, info: SandboxInfo,
+                 start_timeout_s: float) -> None:
+        super().__init__(container.id[:12], config, info, stream.reader, stream.write)
         self.container = container
-        self._limits = config.limits
+        self.start_timeout_s = start_timeout_s
         self._stream = stream
-        self._channel = channel
-        self._closed = False
+        self._cow = container.cow
 
     @classmethod
-    async def start(cls, spec: WorkspaceSpec, config: SandboxConfig) -> "DockerSandbox":
-        from .channel import RuntimeChannel
-        from .workspace import prepare_template
-
-        opts = DockerOptions()
-        client = await asyncio.to_thread(docker_client, config.docker_url)
+    async def launch(cls, spec: WorkspaceSpec, config: SandboxConfig) -> tuple["DockerSandbox", dict[str, Any]]:
+        settings = _settings()
+        engine, url = docker_engine(), config.docker_url
+        client = await asyncio.to_thread(engine.client, url)
         template = await asyncio.to_thread(prepare_template, spec, config)
         if spec.image_resident:
-            from .image_workspace import derived_image
-
             image = await asyncio.to_thread(derived_image, client, spec.image, spec.image_workdir,
                                             config.policy.blocked_tools)
         else:
             image = spec.image or config.docker_image
+        tools_absent = await asyncio.to_thread(_image_lacks_tools, engine, url, image, config.policy.blocked_tools)
         bundle = None
-        if spec.image_resident and not await asyncio.to_thread(_has_python, client, image):
-            from .runtime_bundle import build_bundle
-            from .workspace import cache_root
-
+        if spec.image_resident and not await asyncio.to_thread(
+                engine.image_fact, url, image, "python", lambda: image_has_python(client, image)):
             bundle = await asyncio.to_thread(build_bundle, client, config.docker_image, cache_root(config))
-        uid = _UIDS.take(opts)
+        uid = engine.uids.take(settings)
         cow = None
         try:
-            if opts.workspace == "overlay" or (opts.workspace == "auto" and spec.image_resident
-                                               and config.docker_url not in _COW_REFUSED):
-                cow = await _cow_workspace(client, config, opts, Path(template.path), uid)
+            if settings.workspace == "overlay" or (settings.workspace == "auto" and spec.image_resident
+                                                   and not engine.cow_refused(url)):
+                cow = await _cow_workspace(engine, config, settings, Path(template.path), uid)
             kwargs = container_kwargs(
                 image=image, config=config, uid=uid, template_dir=Path(template.path),
-                runtime_path=RUNTIME_PATH, python_env=spec.python_env, options=opts,
-                name=f"swe-sbx-{os.getpid()}-{next(_SEQ)}-{secrets.token_hex(3)}",
-                exec_workspace=spec.image_resident, workspace_mount=cow.mount() if cow else None,
-                runtime_bundle=bundle,
+                runtime_path=RUNTIME_PATH, python_env=spec.python_env, options=settings,
+                name=engine.container_name(), exec_workspace=spec.image_resident,
+                workspace_mount=cow.mount() if cow else None, runtime_bundle=bundle,
             )
             container = await DockerContainer.create(client, uid, **kwargs)
         except BaseException:
-            _UIDS.give(uid)
+            engine.uids.give(uid)
             if cow is not None:
                 await asyncio.to_thread(cow.remove)
             raise
         container.cow = cow
-        stream: ExecStream | None = None
         try:
-            if bundle is not None:
-                from .runtime_bundle import runtime_argv
-
-                stream = await container.exec_stream(runtime_argv(bundle, RUNTIME_MOUNT))
-            else:
-                stream = await container.exec_stream(RUNTIME_ARGV)
-            channel = RuntimeChannel(stream.reader, stream.write)
-            init = await channel.handshake(init_message(spec, config, template.base_commit, mounted=cow is not None,
-                                                        bundle=bundle is not None), opts.start_timeout_s)
-            tools_absent = await asyncio.to_thread(_image_lacks_tools, client, image, config.policy.blocked_tools)
+            stream = await container.exec_stream(
+                runtime_argv(bundle, RUNTIME_MOUNT) if bundle is not None else RUNTIME_ARGV)
         except BaseException as exc:
-            detail = stream.stderr_tail[-2000:] if stream else ""
-            if stream:
-                await stream.close()
             await container.remove()
-            if isinstance(exc, (SandboxStartError, asyncio.CancelledError, KeyboardInterrupt)):
-                raise
-            raise SandboxStartError(f"runtime failed to start: {exc} {detail}".strip()) from exc
+            if isinstance(exc, Exception) and not isinstance(exc, SandboxStartError):
+                raise SandboxStartError(f"runtime failed to start: {exc}") from exc
+            raise
         info = SandboxInfo(
             backend="docker",
-            seccomp=bool(init.get("seccomp")),
-            landlock_abi=int(init.get("landlock_abi") or 0),
-            cpu_policy=str(init.get("cpu_policy") or "normal"),
             cgroup=True,  # the engine enforces memory, pids and CPU limits
-            noexec_workspace=bool(init.get("noexec_workspace")),
             blocked_tools_absent=tools_absent,
             base_commit=template.base_commit,
             details={"container": container.id[:12], "uid": str(uid), "image": image,
@@ -524,101 +405,57 @@ class DockerSandbox(Sandbox):
                      **({"task_image": str(spec.image), "workdir": str(spec.image_workdir)}
                         if spec.image_resident else {})},
         )
-        return cls(config, container, stream, channel, info, cow)
+        init = init_message(spec, config, template.base_commit, mounted=cow is not None, bundle=bundle is not None)
+        return cls(config, container, stream, info, settings.start_timeout_s), init
 
+    # -- the jail -------------------------------------------------------------------
     @property
-    def alive(self) -> bool:
-        return not self._closed and not self._stream.at_eof and not self._channel.dead
+    def jail_alive(self) -> bool:
+        return not self._stream.at_eof
 
-    def _check(self) -> None:
-        if self._closed:
-            raise SandboxClosed(f"sandbox {self.id} is closed")
-        if self._channel.dead:  # reported once as data, from then on raised
-            raise SandboxDied(f"{self._channel.dead} {self._stream.stderr_tail[-500:]}".strip())
+    def jail_stderr(self) -> str:
+        return self._stream.stderr_tail
 
-    async def run(self, command: str, timeout_s: float | None = None) -> CommandResult:
-        self._check()
-        lim = self._limits
-        timeout = min(timeout_s if timeout_s and timeout_s > 0 else lim.command_timeout_s, lim.max_command_timeout_s)
-        result = await self._channel.run(command, timeout)
-        if result.status is CommandStatus.sandbox_died and not result.output:
-            result.output = f"[sandbox died: {self._channel.dead or 'runtime gone'}]"
-        if self._cow is not None:  # a copy-on-write upper layer is on the host's disk: hold it to the limit
-            used = await asyncio.to_thread(self._cow.used_bytes)
-            if used > lim.workspace_mb * 1024 * 1024:
-                await self.close()
-                result.status = CommandStatus.sandbox_died
-                result.output += (f"\n[the workspace holds {used // (1024 * 1024)} MB of changes, over its "
-                                  f"{lim.workspace_mb} MB limit: the session is closed]")
-        return result
-
-    async def run_isolated(self, command: str, timeout_s: float, output_limit: int) -> CommandResult:
-        self._check()
-        timeout = min(float(timeout_s), self._limits.max_command_timeout_s)
-        result = await self._channel.run_isolated(command, timeout, output_limit)
-        if result.status is CommandStatus.sandbox_died and not result.output:
-            result.output = f"[sandbox died: {self._channel.dead or 'runtime gone'}]"
-        return result
-
-    async def read_file(self, path: str) -> bytes:
-        self._check()
-        return await self._channel.read_file(path)
-
-    async def write_file(self, path: str, data: bytes) -> None:
-        self._check()
-        if len(data) > self._limits.max_file_write_bytes:
-            raise PathError(f"{len(data)} bytes exceed the write limit", reason="too_large")
-        await self._channel.write_file(path, data)
-
-    async def diff(self) -> str:
-        self._check()
-        return await self._channel.diff()
-
-    async def diff_exact(self, patch_limit: int) -> ExactDiff:
-        self._check()
-        return await self._channel.diff_exact(patch_limit)
-
-    async def apply_patch(self, patch: bytes) -> None:
-        self._check()
-        await self._channel.apply_patch(patch)
-
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+    async def kill_jail(self) -> None:
         try:
             await self._stream.close()
         finally:
             await self.container.remove()
 
+    async def workspace_overrun(self) -> str | None:
+        if self._cow is None:  # a tmpfs: the kernel holds it to its size
+            return None
+        # a copy-on-write upper layer is on the host's disk: held to the limit here
+        used, limit = await asyncio.to_thread(self._cow.used_bytes), self._limits.workspace_mb
+        if used <= limit * 1024 * 1024:
+            return None
+        return f"the workspace holds {used // (1024 * 1024)} MB of changes, over its {limit} MB limit"
 
-async def _cow_workspace(client: Any, config: SandboxConfig, opts: DockerOptions, template: Path, uid: int) -> Any:
+
+def _settings() -> DockerSettings:
+    try:
+        return DockerSettings()
+    except ValidationError as exc:
+        raise SandboxStartError(f"bad {ENV_PREFIX}* setting: {exc}") from None
+
+
+async def _cow_workspace(engine: DockerEngine, config: SandboxConfig, settings: DockerSettings, template: Path,
+                         uid: int) -> Any:
     """A copy-on-write volume for the session, or None to copy (``auto`` on an engine that refuses)."""
     import docker.errors
 
     from .cow import CowWorkspace
-    from .workspace import cache_root
 
+    client = engine.client(config.docker_url)
     try:
         return await asyncio.to_thread(CowWorkspace.create, client, template, uid, cache_root(config),
-                                       {LABEL: "1", LABEL_OWNER: _OWNER}, opts.host_path)
+                                       {LABEL: "1", LABEL_OWNER: engine.owner}, settings.host_path)
     except (docker.errors.APIError, OSError) as exc:
-        if opts.workspace == "overlay":
+        if settings.workspace == "overlay":
             raise SandboxStartError(f"no copy-on-write workspace: {exc}") from exc
         _log.warning("copy-on-write workspace refused (%s): sessions on this engine copy their workspace", exc)
-        _COW_REFUSED.add(config.docker_url)  # "auto" does not ask this engine again
+        engine.refuse_cow(config.docker_url)  # "auto" does not ask this engine again
         return None
-
-
-_image_python: dict[str, bool] = {}
-
-
-def _has_python(client: Any, image: str) -> bool:
-    if image not in _image_python:
-        from .runtime_bundle import image_has_python
-
-        _image_python[image] = image_has_python(client, image)
-    return _image_python[image]
 
 
 def init_message(spec: WorkspaceSpec, config: SandboxConfig, base_commit: str,
@@ -633,18 +470,23 @@ def init_message(spec: WorkspaceSpec, config: SandboxConfig, base_commit: str,
                         + (["/.swe/py"] if bundle else []))
 
 
-_image_tools: dict[str, frozenset[str]] = {}
-
-
-def _image_lacks_tools(client: Any, image: str, blocked: tuple[str, ...]) -> bool:
+def _image_lacks_tools(engine: DockerEngine, url: str | None, image: str, blocked: tuple[str, ...]) -> bool:
     """Whether ``image`` was built with every tool of ``blocked`` removed (its label says)."""
-    if image not in _image_tools:
-        labels = client.api.inspect_image(image)["Config"].get("Labels") or {}
-        _image_tools[image] = frozenset(labels.get(TOOLS_LABEL, "").split())
-    return set(blocked) <= _image_tools[image]
+    import docker.errors
+
+    def removed() -> frozenset[str]:
+        try:
+            labels = engine.client(url).api.inspect_image(image)["Config"].get("Labels") or {}
+        except docker.errors.ImageNotFound as exc:
+            raise SandboxStartError(f"image {image!r} not found (build it with docker/build-images.sh)") from exc
+        except docker.errors.DockerException as exc:
+            raise SandboxStartError(f"cannot inspect image {image!r}: {exc}") from exc
+        return frozenset(labels.get(TOOLS_LABEL, "").split())
+
+    return set(blocked) <= engine.image_fact(url, image, "removed_tools", removed)
 
 
 __all__ = [
-    "DockerContainer", "DockerOptions", "DockerSandbox", "ExecStream", "container_kwargs",
+    "DockerContainer", "DockerSandbox", "DockerSettings", "ExecStream", "container_kwargs",
     "docker_client", "init_message", "open_exec_stream", "reap_containers",
 ]

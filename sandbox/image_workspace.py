@@ -26,12 +26,12 @@ import hashlib
 import io
 import os
 import posixpath
-import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from .git import run_git
 from .models import SandboxStartError, WorkspaceError, WorkspaceSpec
 
 DERIVED_REPO = "swe-openenv-task"
@@ -139,8 +139,6 @@ def apply_setup_patch(tree: Path, patch: str) -> None:
     """Apply a task's setup patch (e.g. SWE-smith's bug patch) to an exported tree."""
     if not patch.strip():
         return
-    proc = subprocess.run(["git", "apply", "--whitespace=nowarn", "-"], cwd=tree, input=patch.encode(),
-                          capture_output=True, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-                                                    "HOME": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"})
+    proc = run_git(["apply", "--whitespace=nowarn", "-"], tree, input=patch.encode(), check=False)
     if proc.returncode != 0:
         raise WorkspaceError(f"the task's setup_patch does not apply: {proc.stderr.decode(errors='replace')[-800:]}")

@@ -13,7 +13,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .backends import BACKENDS, DEFAULT_BACKEND, unknown_backend
 
 # Tools whose binaries must be *absent* from the sandbox's view (not masked by
 # name): file finders and archive extractors an agent could use to dig up code the
@@ -108,12 +110,19 @@ class SandboxConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["bwrap", "docker"] = "bwrap"
+    backend: str = Field(DEFAULT_BACKEND, description="a backend of the registry (sandbox/backends.py)")
     limits: Limits = Field(default_factory=Limits)
     policy: HardeningPolicy = Field(default_factory=HardeningPolicy)
     cache_dir: Path | None = Field(None, description="prepared workspaces and tool views; default ~/.cache/swe-openenv")
     docker_image: str = Field("swe-openenv-sandbox:latest", description="image the docker backend runs when a task names none")
     docker_url: str | None = Field(None, description="Docker engine URL; default from the environment")
+
+    @field_validator("backend")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        if name not in BACKENDS:
+            raise ValueError(unknown_backend(name))
+        return name
 
 
 class WorkspaceSpec(BaseModel):

@@ -1,4 +1,4 @@
-"""The init message a backend sends the in-sandbox runtime (one place for both backends)."""
+"""The init message a backend sends the in-sandbox runtime (one place for every backend)."""
 
 from __future__ import annotations
 

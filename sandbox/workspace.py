@@ -18,7 +18,6 @@ import lzma
 import os
 import re
 import shutil
-import subprocess
 import tarfile
 import tempfile
 import threading
@@ -26,18 +25,12 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .image_workspace import apply_setup_patch, export_image_tree
+from .docker_engine import docker_client
+from .git import GitError, run_git
+from .image_workspace import apply_setup_patch, export_image_tree, image_id
 from .models import HardeningPolicy, SandboxConfig, WorkspaceError, WorkspaceSpec
 
 TEMPLATE_FORMAT = "4"  # bump when the scrub changes, so old templates are rebuilt
-# Who made a template's one commit, and when: fixed, so a tree's commit depends on the tree only
-# (the grader rebuilds the graded tree's history the same way).
-GIT_IDENTITY = {
-    "GIT_AUTHOR_NAME": "swe-openenv", "GIT_AUTHOR_EMAIL": "base@swe-openenv.invalid",
-    "GIT_COMMITTER_NAME": "swe-openenv", "GIT_COMMITTER_EMAIL": "base@swe-openenv.invalid",
-    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
-}
-_GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C", **GIT_IDENTITY}
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
 
@@ -55,22 +48,17 @@ def cache_root(config: SandboxConfig) -> Path:
 
 
 def git(repo: Path, *args: str, input: bytes | None = None, env: dict[str, str] | None = None) -> str:
-    """Run git on a *trusted* repository (the task's, or our template), never an agent's."""
-    full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.devnull, **_GIT_ENV, **(env or {})}
-    proc = subprocess.run(
-        ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-C", str(repo), *args],
-        input=input, capture_output=True, env=full_env)
-    if proc.returncode != 0:
-        raise WorkspaceError(f"git {' '.join(args)} failed in {repo}: {proc.stderr.decode(errors='replace').strip()}")
-    return proc.stdout.decode(errors="replace")
+    """Run git on a *trusted* repository (the task's, or our template), never an agent's
+    (``sandbox/git.py``: the host's one git hardening; commits get ``GIT_IDENTITY``)."""
+    try:
+        return run_git(args, repo, input=input, env=env).stdout.decode(errors="replace")
+    except GitError as exc:
+        raise WorkspaceError(str(exc)) from None
 
 
 def _source_key(spec: WorkspaceSpec, config: SandboxConfig) -> str:
     policy = config.policy
     if spec.image_resident:
-        from .docker import docker_client
-        from .image_workspace import image_id
-
         source = f"image:{image_id(docker_client(config.docker_url), spec.image)}:{spec.image_workdir}"
     else:
         source = _host_source(spec)
@@ -141,8 +129,6 @@ def prepare_template(spec: WorkspaceSpec, config: SandboxConfig) -> Template:
 
 def _export_tree(spec: WorkspaceSpec, tree: Path, config: SandboxConfig) -> None:
     if spec.image_resident:
-        from .docker import docker_client
-
         export_image_tree(docker_client(config.docker_url), spec, tree)
         return
     assert spec.repo_path is not None

@@ -4,23 +4,35 @@ and the two frame helpers every `/ws` test uses."""
 from __future__ import annotations
 
 import json
-import socket
 import threading
-import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
 import uvicorn
 
+from env_client.processes import free_port, wait_healthy
 from env_server.app import create_app, uvicorn_config
 from env_server.config import ServerConfig
-from env_server.task import TaskInstance
+from verifier.task import TaskInstance
+
+__all__ = ["RunningServer", "call", "free_port", "run_server", "serve_in_thread", "tool"]  # free_port: env_client's
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@contextmanager
+def serve_in_thread(config: uvicorn.Config, url: str, health_path: str = "/health",
+                    timeout_s: float = 20.0, **run_kwargs: Any) -> Iterator[uvicorn.Server]:
+    """`config`'s app under uvicorn in a daemon thread, once `url + health_path` answers 200
+    (`wait_healthy`: fails at once if the thread dies); stopped on exit. `run_kwargs` go to
+    `Server.run` (e.g. `sockets=[sock]`, a socket bound beforehand)."""
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs=run_kwargs, daemon=True)
+    thread.start()
+    try:
+        wait_healthy(url, thread, timeout_s, health_path, name="the in-process server")
+        yield server
+    finally:
+        server.should_exit = True
+        thread.join(30)
 
 
 class RunningServer:
@@ -40,19 +52,9 @@ def run_server(config: ServerConfig, tasks: list[TaskInstance]) -> Iterator[Runn
     """The real app under uvicorn in a thread on loopback; stopped (and its sessions closed) on exit."""
     app = create_app(config, tasks)
     port = free_port()
-    server = uvicorn.Server(uvicorn_config(app, config, "127.0.0.1", port, "warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("server did not start")
-        time.sleep(0.02)
-    try:
-        yield RunningServer(app, port)
-    finally:
-        server.should_exit = True
-        thread.join(30)
+    srv = RunningServer(app, port)
+    with serve_in_thread(uvicorn_config(app, config, "127.0.0.1", port, "warning"), srv.url):
+        yield srv
 
 
 async def call(ws: Any, type_: str, data: dict | None = None) -> dict:

@@ -13,9 +13,9 @@ import fcntl
 import json
 from pathlib import Path
 
-from env_server.taskgen import BuildReport, MineReport, build_tasks, mine_tasks
-from env_server.taskgen.build import BUILDER_VERSION
-from env_server.taskgen.mine import MINER_VERSION
+from task_factory import BuildReport, MineReport, build_tasks, mine_tasks
+from task_factory.build import BUILDER_VERSION
+from task_factory.mine import MINER_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 PACK_DIR = ROOT / ".cache" / "taskpack"
@@ -100,7 +100,7 @@ def mined_pack_or_missing(packages: tuple[str, ...] = MINED_PACK_PACKAGES) -> Pa
     """``build_mined_pack``, where a miner that cannot build it fails under CI (skips elsewhere)."""
     from requirements import missing
 
-    from env_server.taskgen.sources import TaskgenError
+    from task_factory.sources import TaskgenError
 
     try:
         return build_mined_pack(packages)

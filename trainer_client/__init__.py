@@ -1,0 +1,13 @@
+"""The trainer: GRPO on SWE tasks served by env server replicas, plus two extra loss channels.
+
+- trainer.py `SweGRPOTrainer` (TRL's GRPOTrainer with a concurrent tool phase), config.py
+  `RunConfig` (the YAML run config), environment.py (env sessions for TRL's environment_factory);
+  run.py `train` runs one training;
+- losses/: channel 2 (sdpo.py: hint self-distillation at error sites) and channel 3
+  (pair_preference.py: DPO/SimPO on teacher pairs), combined by compose.py and mixin.py;
+- replay/: teachers replaying frozen traces into the pairs channel 3 trains on (offline, or in
+  the background of a run: replay/during_training.py);
+- cli.py: `trainer-client train|warmstart|ablate|replay` (`replay`'s options: replay/cli.py),
+  the only modules that turn errors into exit codes; warmstart.py, ablate.py, memory_estimate.py
+  (`--dry-run`) and tiny_qwen.py (the CPU smoke model) are library code behind the commands.
+"""

@@ -15,6 +15,9 @@ finished and is not run again (`--force` does); any other run is started afresh,
 teacher spend of every run stays under one ceiling. On the CPU with the smoke config this checks
 the machinery (a smoke ablation: a tiny model, two steps); the same command with a GPU config
 (trainer_client/configs/gpu_qwen.yaml) is the measurement. See docs/ablation.md.
+
+`ablate(args)` is the whole ablation; the command's options and exit code are cli.py's. A
+configuration that cannot give comparable runs raises `RunSetupError` (trainer_client/run.py).
 """
 
 from __future__ import annotations
@@ -28,19 +31,20 @@ import shlex
 import signal
 import statistics
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ARMS", "Arm", "ArmSummary", "RunResult", "Spread", "add_subcommand", "aggregate", "read_run",
+from env_client.processes import log_tail, start_process, stop_process_group
+
+__all__ = ["ARMS", "Arm", "ArmSummary", "RunResult", "Spread", "ablate", "aggregate", "read_run",
            "run_ablation", "write_report"]
 
 RUN_RECORD = "ablate.json"  # per run: arm, seed, overrides, command, resolved config, status
 LOG = "train.log"
 BASELINE = "grpo"
-SPEND_KEY = "replay/spent_usd"  # the replay loop's cumulative teacher spend (trainer_client/replay/live.py)
+SPEND_KEY = "replay/spent_usd"  # the replay loop's cumulative teacher spend (trainer_client/replay/during_training.py)
 CHANNEL_MEANS = ("channels/alpha", "channels/beta")
 CHANNEL_SUMS = ("channels/pairs", "channels/error_sites", "channels/sdpo_tokens")
 TAIL_LINES = 20
@@ -128,14 +132,6 @@ def _finished(rows: list[dict[str, Any]], max_steps: int) -> bool:
     return any("train_runtime" in r and r.get("step", 0) >= max_steps for r in rows)
 
 
-def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
-    """The last lines of a run's log (progress-bar carriage returns split into lines)."""
-    if not path.exists():
-        return ""
-    text = path.read_bytes()[-64_000:].decode(errors="replace").replace("\r", "\n")
-    return "\n".join([l for l in text.splitlines() if l.strip()][-lines:])
-
-
 def read_run(run_dir: Path, arm: str, seed: int, max_steps: int) -> RunResult:
     """A run's result from its directory: metrics.jsonl (one record per step) and RUN_RECORD."""
     record = json.loads((run_dir / RUN_RECORD).read_text()) if (run_dir / RUN_RECORD).exists() else {}
@@ -155,7 +151,7 @@ def read_run(run_dir: Path, arm: str, seed: int, max_steps: int) -> RunResult:
     if res.status == "failed":
         why = record.get("error") or (f"exited with {record['returncode']}" if record.get("returncode") else
                                       f"did not reach step {max_steps} (logged {len(steps)} step(s))")
-        tail = log_tail(run_dir / LOG)
+        tail = log_tail(run_dir / LOG, TAIL_LINES)  # progress-bar carriage returns split lines
         res.error = why + ("\n" + tail if tail else "")
     return res
 
@@ -202,12 +198,13 @@ class Plan:
 
     def config(self, arm: Arm, seed: int) -> Any:
         """The run's resolved config, as `train` will resolve it (validated here, before any run starts)."""
-        from trainer_client.cli import config_from_args
         from trainer_client.config import build_loss_config
+        from trainer_client.run import resolve_config
 
-        ns = argparse.Namespace(**{**vars(self.args), "overrides": list(self.args.overrides) + self.overrides(arm, seed),
-                                   "output_dir": str(self.run_dir(arm.name, seed)), "max_steps": self.max_steps})
-        cfg = config_from_args(ns)
+        a = self.args
+        cfg = resolve_config(a.config, list(a.overrides) + self.overrides(arm, seed), env_urls=a.env_url,
+                             tasks=a.tasks, output_dir=str(self.run_dir(arm.name, seed)), max_steps=self.max_steps,
+                             env_token=a.env_token)
         build_loss_config(cfg)  # a bad loss.* value fails here, for every arm at once
         return cfg
 
@@ -248,17 +245,15 @@ def _changed(run_dir: Path, config: dict[str, Any]) -> str:
 
 def launch(cmd: list[str], run_dir: Path, env: dict[str, str], timeout_s: float | None) -> tuple[int, str]:
     """Run one `train` process (its own session, output to the run's log); (returncode, error)."""
-    with (run_dir / LOG).open("ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True)
-        try:
-            rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill(proc)
-            return proc.returncode, f"timed out after {timeout_s:g} s (--timeout-s)"
-        except BaseException:  # Ctrl-C: leave no training process behind
-            _kill(proc)
-            raise
+    proc = start_process(cmd, run_dir / LOG, env=env)
+    try:
+        rc = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        return proc.returncode, f"timed out after {timeout_s:g} s (--timeout-s)"
+    except BaseException:  # Ctrl-C: leave no training process behind
+        _kill(proc)
+        raise
     if rc < 0:
         name = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
         return rc, f"killed by {name}" + (" (out of memory?)" if -rc == signal.SIGKILL else "")
@@ -267,16 +262,7 @@ def launch(cmd: list[str], run_dir: Path, env: dict[str, str], timeout_s: float 
 
 def _kill(proc: subprocess.Popen) -> None:
     """SIGTERM the run's process group (accelerate launch has children), SIGKILL after 30 s."""
-    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    stop_process_group(proc, grace_s=30)
 
 
 def run_ablation(plan: Plan, arms: list[Arm], seeds: list[int], force: bool = False,
@@ -567,81 +553,25 @@ def plot_curves(summaries: list[ArmSummary], png: Path) -> Path | None:
     return png
 
 
-# ----------------------------------------------------------------------------------------------------------- CLI
-def _parse_arms(text: str) -> list[Arm]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in ARMS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown arm(s) {unknown}; choose from {', '.join(ARMS)}")
-    return [ARMS[n] for n in dict.fromkeys(names)]
+# ------------------------------------------------------------------------------------------------------ ablation
+def ablate(args: argparse.Namespace) -> list[RunResult]:
+    """The whole ablation for the `trainer-client ablate` arguments: plan, run every arm x seed,
+    aggregate, write the report and print its tables and failures; returns the runs (a failed run
+    is a row with status "failed"; `trainer-client ablate` exits 1 when there is one).
 
-
-def _parse_seeds(text: str) -> list[int]:
-    try:
-        seeds = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"seeds must be integers, comma-separated: {text!r}") from None
-    if not seeds:
-        raise argparse.ArgumentTypeError("no seeds")
-    return list(dict.fromkeys(seeds))
-
-
-def add_subcommand(sub: argparse._SubParsersAction) -> None:
-    """Register `trainer-client ablate`."""
-    from trainer_client.cli import _add_run_args
-
-    p = sub.add_parser(
-        "ablate",
-        help="train every loss arm x seed on the same budget and report what each channel adds",
-        description="Train the loss arms over several seeds on the same tasks, steps and teacher USD ceiling,\n"
-        "each as its own `trainer-client train` process under OUT/<arm>/seed<k>/, and report what each\n"
-        "channel adds (total = grpo + alpha * channel2 + beta * channel3):\n"
-        + "".join(f"  {a.name:<12} {a.what}\n" for a in ARMS.values())
-        + "Report: OUT/ablation.md (tables), arms.csv, runs.csv, curves.csv, ablation.json, and ablation.png\n"
-        "(reward and pass rate against steps: mean across seeds, min-max band). A crashed run is a failed\n"
-        "row with its log tail; a rerun keeps finished runs (--force reruns them).\n\n"
-        "CPU vs GPU: with the CPU smoke config (cpu_smoke.yaml, a tiny model, a few steps) this is a smoke\n"
-        "ablation: it checks the machinery and measures nothing. The same command with a GPU config\n"
-        "(e.g. gpu_qwen.yaml, hundreds of steps, 3+ seeds) is the real measurement. See docs/ablation.md.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n"
-        "  trainer-client ablate --config trainer_client/configs/cpu_smoke.yaml --env-url http://127.0.0.1:8000 \\\n"
-        "      --tasks tasks.jsonl --arms grpo,grpo+hints --seeds 0,1 --max-steps 2 --out runs/ablation-smoke\n"
-        "  trainer-client ablate --config trainer_client/configs/gpu_qwen.yaml --env-url http://a:8000 \\\n"
-        "      --tasks tasks.jsonl --seeds 0,1,2 --max-steps 200 --max-usd 20 --out runs/ablation \\\n"
-        "      --set replay.teachers=teachers.yaml",
-    )
-    _add_run_args(p, tasks_help="task file whose instance_ids form the dataset of every run (data.tasks)")
-    p.add_argument("--out", required=True, metavar="DIR", help="runs go to DIR/<arm>/seed<k>/, the report to DIR")
-    p.add_argument("--arms", type=_parse_arms, default=list(ARMS.values()), metavar="A,B",
-                   help=f"arms to run, comma-separated (default: all of {','.join(ARMS)})")
-    p.add_argument("--seeds", type=_parse_seeds, default=[0, 1, 2], metavar="S,T",
-                   help="seeds (grpo.seed, grpo.data_seed, loss.pair_seed), comma-separated (default 0,1,2)")
-    p.add_argument("--max-steps", type=int, metavar="N", help="optimizer steps of every run (default: grpo.max_steps)")
-    p.add_argument("--max-usd", type=float, metavar="X",
-                   help="teacher spend ceiling of every replay run (replay.max_total_usd)")
-    p.add_argument("--window", type=int, metavar="K",
-                   help="final window: the last K logged steps of each run (default: a quarter of the steps, >= 1)")
-    p.add_argument("--force", action="store_true", help="rerun finished runs too")
-    p.add_argument("--timeout-s", type=float, metavar="S", help="stop a run after S seconds (a failed run)")
-    p.add_argument("--launcher", default=shlex.quote(sys.executable), metavar="CMD",
-                   help="what starts `-m trainer_client.cli train` (default: this Python); multi-process: "
-                   "'accelerate launch --num_processes 8 --config_file ACCELERATE.yaml'")
-    p.set_defaults(func=ablate_command, output_dir=None)
-
-
-def ablate_command(args: argparse.Namespace) -> int:
-    """`trainer-client ablate`: plan, run, aggregate, report; 1 when a run failed."""
-    from trainer_client.cli import config_from_args
+    Raises `RunSetupError` before any run starts when the runs would share no step budget or have
+    no env server."""
+    from trainer_client.run import RunSetupError, resolve_config
 
     if args.max_usd is not None:
         args.overrides = list(args.overrides) + [f"replay.max_total_usd={args.max_usd}"]
-    base = config_from_args(argparse.Namespace(**{**vars(args), "output_dir": None}))
+    base = resolve_config(args.config, args.overrides, env_urls=args.env_url, tasks=args.tasks,
+                          max_steps=args.max_steps, env_token=args.env_token)
     max_steps = args.max_steps if args.max_steps is not None else int(base.grpo.get("max_steps", -1))
     if max_steps <= 0:
-        raise SystemExit("trainer-client ablate: every run needs the same step budget: pass --max-steps N")
+        raise RunSetupError("every run needs the same step budget: pass --max-steps N")
     if not base.env.urls:
-        raise SystemExit("trainer-client ablate: no env server: pass --env-url or set env.urls")
+        raise RunSetupError("no env server: pass --env-url or set env.urls")
     out = Path(args.out)
     alpha, beta = channel_weights(base)
     plan = Plan(args, out, max_steps, shlex.split(args.launcher), alpha, beta)
@@ -666,4 +596,4 @@ def ablate_command(args: argparse.Namespace) -> int:
         log = Path(r.dir) / LOG
         print(f"failed: {r.arm} seed {r.seed}: {_reason(r)}" + (f" (log: {log})" if log.exists() else ""))
     print("report: " + "  ".join(str(p) for p in paths.values()))
-    return 1 if failed else 0
+    return runs

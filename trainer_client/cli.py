@@ -9,24 +9,25 @@ Multi-process (DDP or FSDP; docs/deploy.md "Multi-process"): `accelerate launch 
 A replica started with a token (`ENV_SERVER_TOKEN`) needs it here too: `--env-token TOKEN`,
 the `ENV_SERVER_TOKEN` variable (the flag wins), or `?token=` on one `--env-url`; it is sent
 as `Authorization: Bearer <token>` and never printed.
+
+This module only parses arguments, prints errors and picks exit codes (`main`); the commands'
+work is library code that raises typed errors: run.py (`train`), warmstart.py and ablate.py.
+The `replay` command is replay/cli.py's (its options, errors and exit codes), registered here
+and also runnable alone as `python -m trainer_client.replay`.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import json
-import os
+import shlex
 import sys
-from contextlib import ExitStack
-from pathlib import Path
 
-from pydantic import SecretStr
+from env_client import TOKEN_ENV, EnvAuthError, NoLiveReplicaError, split_token
+from trainer_client.ablate import ARMS, Arm, ablate
+from trainer_client.config import RunConfig
+from trainer_client.run import RunSetupError, resolve_config, train
 
-from trainer_client.config import RunConfig, load_config, load_tokenizer, model_path
-from env_client import TOKEN_ENV, EnvAuthError, NoLiveReplicaError, resolve_token, split_token
-
-__all__ = ["build_parser", "main", "train"]
+__all__ = ["build_parser", "config_from_args", "main"]
 
 
 def _add_run_args(p: argparse.ArgumentParser, tasks_help: str) -> None:
@@ -60,7 +61,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-steps", type=int, metavar="N", help="optimizer steps (grpo.max_steps)")
     p.add_argument("--resume", action="store_true", help="resume from the last checkpoint in the output dir")
     p.add_argument("--dry-run", action="store_true",
-                   help="validate the config, print it and its per-device memory estimate (trainer_client/memory.py); "
+                   help="validate the config, print it and its per-device memory estimate "
+                   "(trainer_client/memory_estimate.py); "
                    "exit 1 when the estimate exceeds the device memory; do not train")
     p.add_argument("--device-memory-gb", type=float, metavar="GB",
                    help="memory of one trainer device for --dry-run (default: hardware.device_memory_gb)")
@@ -104,38 +106,86 @@ def _run_warmstart(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_arms(text: str) -> list[Arm]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ARMS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown arm(s) {unknown}; choose from {', '.join(ARMS)}")
+    return [ARMS[n] for n in dict.fromkeys(names)]
+
+
+def _parse_seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"seeds must be integers, comma-separated: {text!r}") from None
+    if not seeds:
+        raise argparse.ArgumentTypeError("no seeds")
+    return list(dict.fromkeys(seeds))
+
+
+def _add_ablate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "ablate",
+        help="train every loss arm x seed on the same budget and report what each channel adds",
+        description="Train the loss arms over several seeds on the same tasks, steps and teacher USD ceiling,\n"
+        "each as its own `trainer-client train` process under OUT/<arm>/seed<k>/, and report what each\n"
+        "channel adds (total = grpo + alpha * channel2 + beta * channel3):\n"
+        + "".join(f"  {a.name:<12} {a.what}\n" for a in ARMS.values())
+        + "Report: OUT/ablation.md (tables), arms.csv, runs.csv, curves.csv, ablation.json, and ablation.png\n"
+        "(reward and pass rate against steps: mean across seeds, min-max band). A crashed run is a failed\n"
+        "row with its log tail; a rerun keeps finished runs (--force reruns them).\n\n"
+        "CPU vs GPU: with the CPU smoke config (cpu_smoke.yaml, a tiny model, a few steps) this is a smoke\n"
+        "ablation: it checks the machinery and measures nothing. The same command with a GPU config\n"
+        "(e.g. gpu_qwen.yaml, hundreds of steps, 3+ seeds) is the real measurement. See docs/ablation.md.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+        "  trainer-client ablate --config trainer_client/configs/cpu_smoke.yaml --env-url http://127.0.0.1:8000 \\\n"
+        "      --tasks tasks.jsonl --arms grpo,grpo+hints --seeds 0,1 --max-steps 2 --out runs/ablation-smoke\n"
+        "  trainer-client ablate --config trainer_client/configs/gpu_qwen.yaml --env-url http://a:8000 \\\n"
+        "      --tasks tasks.jsonl --seeds 0,1,2 --max-steps 200 --max-usd 20 --out runs/ablation \\\n"
+        "      --set replay.teachers=teachers.yaml",
+    )
+    _add_run_args(p, tasks_help="task file whose instance_ids form the dataset of every run (data.tasks)")
+    p.add_argument("--out", required=True, metavar="DIR", help="runs go to DIR/<arm>/seed<k>/, the report to DIR")
+    p.add_argument("--arms", type=_parse_arms, default=list(ARMS.values()), metavar="A,B",
+                   help=f"arms to run, comma-separated (default: all of {','.join(ARMS)})")
+    p.add_argument("--seeds", type=_parse_seeds, default=[0, 1, 2], metavar="S,T",
+                   help="seeds (grpo.seed, grpo.data_seed, loss.pair_seed), comma-separated (default 0,1,2)")
+    p.add_argument("--max-steps", type=int, metavar="N", help="optimizer steps of every run (default: grpo.max_steps)")
+    p.add_argument("--max-usd", type=float, metavar="X",
+                   help="teacher spend ceiling of every replay run (replay.max_total_usd)")
+    p.add_argument("--window", type=int, metavar="K",
+                   help="final window: the last K logged steps of each run (default: a quarter of the steps, >= 1)")
+    p.add_argument("--force", action="store_true", help="rerun finished runs too")
+    p.add_argument("--timeout-s", type=float, metavar="S", help="stop a run after S seconds (a failed run)")
+    p.add_argument("--launcher", default=shlex.quote(sys.executable), metavar="CMD",
+                   help="what starts `-m trainer_client.cli train` (default: this Python); multi-process: "
+                   "'accelerate launch --num_processes 8 --config_file ACCELERATE.yaml'")
+    p.set_defaults(func=_run_ablate, output_dir=None)
+
+
+def _run_ablate(args: argparse.Namespace) -> int:
+    runs = ablate(args)
+    return 1 if any(r.status != "ok" for r in runs) else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trainer-client", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_train(sub)
     _add_warmstart(sub)
-    from trainer_client.ablate import add_subcommand as _add_ablate
-
     _add_ablate(sub)
-    try:  # issue 7's replay subcommand, when that module exists
-        replay_cli = importlib.import_module("trainer_client.replay.cli")
-    except ImportError:
-        replay_cli = None
-    if replay_cli is not None and hasattr(replay_cli, "add_subcommands"):
-        replay_cli.add_subcommands(sub)
+    from trainer_client.replay.cli import add_subcommands as _add_replay
+
+    _add_replay(sub)
     return parser
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
-    overrides = list(args.overrides)
-    if args.env_url:
-        overrides.append(f"env.urls={args.env_url!r}".replace("'", '"'))
-    if args.tasks:
-        overrides.append(f"data.tasks={Path(args.tasks).resolve()}")
-    if args.output_dir:
-        overrides.append(f"grpo.output_dir={args.output_dir}")
-    if args.max_steps is not None:
-        overrides.append(f"grpo.max_steps={args.max_steps}")
-    cfg = load_config(args.config, overrides)
-    token = resolve_token(args.env_token)
-    if token:
-        cfg.env.client = cfg.env.client.model_copy(update={"token": SecretStr(token)})
-    return cfg
+    """The run config of a run command's arguments (`_add_run_args`), resolved like `resolve_config`."""
+    return resolve_config(args.config, args.overrides, env_urls=args.env_url, tasks=args.tasks,
+                          output_dir=args.output_dir, max_steps=args.max_steps, env_token=args.env_token)
 
 
 def _run_train(args: argparse.Namespace) -> int:
@@ -146,41 +196,10 @@ def _run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def capacity_report(capacity: dict[str, int | None], grpo, wait_s: float) -> str:
-    """One or two lines comparing the replicas' advertised session limits with the run's concurrent rollouts.
-
-    Concurrent rollouts = GRPOConfig.generation_batch_size (per_device_train_batch_size x processes
-    x steps_per_generation): TRL generates one generation batch per optimizer step, and every
-    rollout of it holds one env session (environment_factory's pool) from its reset to its reward.
-    """
-    processes = max(1, grpo.world_size)
-    concurrent = grpo.generation_batch_size
-    per_process = concurrent // processes
-    how = (f"generation_batch_size {concurrent} = per_device_train_batch_size {grpo.per_device_train_batch_size} x "
-           f"{processes} process(es) x steps_per_generation {grpo.steps_per_generation}")
-    known = {u: v for u, v in capacity.items() if v is not None}
-    if not known:
-        return f"env capacity: not advertised by the replicas; the run holds up to {concurrent} sessions at once ({how})"
-    total = sum(known.values())
-    head = (f"env capacity: {len(known)} replica(s) advertise {total} sessions "
-            f"({', '.join(f'{u}={v}' for u, v in known.items())}); concurrent rollouts: {concurrent} ({how})")
-    if len(known) < len(capacity):
-        head += f"; {len(capacity) - len(known)} replica(s) do not advertise a limit"
-    if total >= concurrent:
-        return head + ": ok"
-    lines = [head + f": SHORT by {concurrent - total}: rollouts beyond {total} wait for a free slot "
-             f"(at most {wait_s:g} s each, env.client.capacity_wait_s)"]
-    if per_process > total:
-        lines.append(f"env capacity: WARNING: one process's own batch ({per_process} rollouts) exceeds every slot "
-                     f"there is ({total}): its excess rollouts can only get a slot after capacity_wait_s and fail; "
-                     "add replicas, raise --max-sessions, or lower per_device_train_batch_size/steps_per_generation")
-    return "\n".join(lines)
-
-
 def _dry_run(cfg: RunConfig, args: argparse.Namespace) -> int:
     """Print the config, validate its GRPOConfig, print the memory estimate; 1 when it does not fit."""
     from trainer_client.config import build_grpo_config, build_peft_config
-    from trainer_client.memory import estimate_for_config
+    from trainer_client.memory_estimate import estimate_for_config
 
     urls = [split_token(u)[0] for u in cfg.env.urls]  # a ?token= is never printed (nor is env.client.token)
     print(cfg.model_copy(update={"env": cfg.env.model_copy(update={"urls": urls})}).model_dump_json(indent=2))
@@ -205,76 +224,19 @@ def _dry_run(cfg: RunConfig, args: argparse.Namespace) -> int:
     return 0
 
 
-def train(cfg: RunConfig, resume: bool = False):
-    """Run training for a validated config; returns the trainer (its log history holds the metrics)."""
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-    from datasets import Dataset
-
-    from trainer_client.config import build_grpo_config, build_loss_config, build_peft_config
-    from trainer_client.distributed import allow_cpu_fsdp, write_rank_report
-    from trainer_client.environment import make_environment_class
-    from trainer_client.metrics import MetricsCallback, plot_metrics, quiet_progress
-    from trainer_client.trainer import SweGRPOTrainer
-
-    if not cfg.env.urls:
-        raise SystemExit("trainer-client: no env server: pass --env-url or set env.urls")
-    grpo = build_grpo_config(cfg)
-    if grpo.use_cpu:
-        allow_cpu_fsdp()  # an FSDP accelerate config on CPU ranks shards instead of falling back to DDP
-    loss_config = build_loss_config(cfg)
-    if cfg.replay.enabled and loss_config.beta <= 0:
-        raise SystemExit("trainer-client: replay.enabled needs loss.beta > 0 (channel 3 is what the pairs feed)")
-    rows = [{"prompt": [{"role": "user", "content": cfg.data.prompt}], "instance_id": iid}
-            for iid in cfg.instance_ids()] * cfg.data.repeat
-    env_cls = make_environment_class(cfg.env.urls, cfg.env.client, reset_keys=cfg.env.reset_keys,
-                                     auto_submit=cfg.env.auto_submit, max_output_chars=cfg.env.max_output_chars,
-                                     offset=grpo.process_index)  # ranks start their sessions on different replicas
-    jsonl = Path(cfg.output.metrics_jsonl or Path(grpo.output_dir) / "metrics.jsonl")
-    stack = ExitStack()
-    try:
-        live = None
-        if cfg.replay.enabled and grpo.process_index == 0:  # one loop per run; every rank gets its pairs
-            from trainer_client.replay.live import open_live_replay
-
-            live = stack.enter_context(open_live_replay(cfg, Path(grpo.output_dir)))
-        env_cls.runtime.run(env_cls.runtime.pool.connect())  # a refused token fails here, before the model loads
-        if grpo.process_index == 0:
-            capacity = env_cls.runtime.run(env_cls.runtime.pool.capacity())
-            print(capacity_report(capacity, grpo, cfg.env.client.capacity_wait_s), flush=True)
-        trainer = SweGRPOTrainer(
-            model=model_path(cfg), processing_class=load_tokenizer(cfg), args=grpo,
-            train_dataset=Dataset.from_list(rows), environment_factory=env_cls, loss_config=loss_config,
-            callbacks=[MetricsCallback(jsonl)], peft_config=build_peft_config(cfg),
-            live_replay=live, live_pairs=cfg.replay.enabled,
-        )
-        quiet_progress(trainer)  # one short line per step (MetricsCallback), not the raw log dicts too
-        if grpo.process_index == 0:  # the run's resolved config (secrets masked), next to its metrics
-            Path(grpo.output_dir).mkdir(parents=True, exist_ok=True)
-            (Path(grpo.output_dir) / "config.json").write_text(cfg.model_dump_json(indent=2))
-        trainer.train(resume_from_checkpoint=True if resume else None)
-        trainer.save_model(str(Path(grpo.output_dir) / "final"))
-        state = trainer._channel_state
-        if live is not None and state is not None:  # the pairs channel 3 trained on, with their provenance
-            with open(Path(grpo.output_dir) / "pairs.jsonl", "w", encoding="utf-8") as f:
-                f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in state.records)
-        if cfg.output.rank_report:
-            write_rank_report(trainer, env_cls.runtime.pool, Path(grpo.output_dir) / "ranks")
-    finally:
-        stack.close()
-        env_cls.runtime.close()
-    if cfg.output.plot and grpo.process_index == 0:
-        png = plot_metrics(jsonl, Path(grpo.output_dir) / "metrics.png")
-        if png:
-            print(f"metrics: {jsonl}  plot: {png}")
-    return trainer
-
-
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit code. The library code under it raises typed errors and this is
+    where they become one line on stderr (no traceback) and an exit code: 1 for a run refused by
+    its config or inputs (`RunSetupError`), 2 for env servers that refuse the token or are not up.
+    A command's own outcome is its return value (e.g. 1: a dry run that does not fit, a failed
+    ablation run); usage errors are argparse's (exit 2)."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (EnvAuthError, NoLiveReplicaError) as exc:  # a setup error: one line, no traceback
+    except RunSetupError as exc:
+        print(f"trainer-client {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except (EnvAuthError, NoLiveReplicaError) as exc:
         print(f"trainer-client: error: {exc}", file=sys.stderr)
         return 2
 

@@ -7,7 +7,7 @@
     loss:   trainer_client.losses LossConfig fields (channels 2/3), optional
     peft:   {r, alpha, dropout, target_modules}: LoRA through TRL's `peft_config`, optional
     hardware: {device_memory_gb, num_devices, sharding, accelerate_config, prompt_tokens, ...}:
-            what `--dry-run` checks the memory estimate against (trainer_client/memory.py)
+            what `--dry-run` checks the memory estimate against (trainer_client/memory_estimate.py)
     output: {metrics_jsonl, plot}
 
 Overrides are dotted `key=value` pairs (`grpo.max_steps=3`, `env.urls=[...]`), values
@@ -20,9 +20,9 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from contract.overrides import apply_overrides, read_yaml_mapping
 from env_client import ClientConfig
 
 __all__ = ["RunConfig", "apply_overrides", "build_grpo_config", "build_loss_config", "build_peft_config",
@@ -96,8 +96,9 @@ class HardwareSection(_Section):
 
 
 class LiveReplaySection(_Section):
-    """Channel 3 fed during the run (trainer_client/replay/live.py): finished episodes are queued,
-    their gated states sent to the teachers in the background, and the pairs join the loss's buffer."""
+    """Channel 3 fed during the run (trainer_client/replay/during_training.py): finished episodes are
+    queued, their gated states sent to the teachers in the background, and the pairs join the loss's
+    buffer."""
 
     enabled: bool = Field(False, description="run the replay loop during `train` (needs loss.beta > 0)")
     teachers: str | None = Field(None, description="teachers YAML (OpenAI-compatible endpoints); None with "
@@ -140,38 +141,11 @@ class RunConfig(_Section):
         return [str(r["instance_id"]) for r in self.task_rows()]
 
 
-def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Set dotted keys (`a.b=v`, v parsed as YAML) in a nested dict."""
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"override {item!r} is not key=value")
-        node = raw
-        *parents, leaf = key.strip().split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ValueError(f"override {item!r}: {part} is not a section")
-        node[leaf] = _yaml_value(value)
-    return raw
-
-
-def _yaml_value(text: str) -> Any:
-    """YAML scalar, except that `1e-5` (a string to YAML 1.1) is a float."""
-    value = yaml.safe_load(text)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    return value
-
-
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig:
     """Read YAML (relative task paths resolve against the file), apply overrides, validate."""
     raw: dict[str, Any] = {}
     if path is not None:
-        raw = yaml.safe_load(Path(path).read_text()) or {}
+        raw = read_yaml_mapping(path)
         tasks = (raw.get("data") or {}).get("tasks")
         if tasks and not Path(tasks).is_absolute():
             raw["data"]["tasks"] = str((Path(path).parent / tasks).resolve())
@@ -184,7 +158,7 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
 def model_path(cfg: RunConfig) -> str:
     """The model to load: the tiny smoke model's directory (built once) or the configured name/path."""
     if cfg.model.name_or_path == TINY_MODEL:
-        from trainer_client.model import tiny_qwen_dir
+        from trainer_client.tiny_qwen import tiny_qwen_dir
 
         return str(tiny_qwen_dir())
     return cfg.model.name_or_path

@@ -1,6 +1,6 @@
 """Token ids of a state(t) record: the exact context the policy was conditioned on at turn t.
 
-A state(t) record (``env_server.protocol.StateRecord``) of an episode this trainer ran holds
+A state(t) record (``contract.StateRecord``) of an episode this trainer ran holds
 the policy's own messages and tool schemas (``render_context``) and, per assistant message,
 the token ids the policy generated (``turn_token_ids``). Tokenized the way the rollout was
 built (prompt through the chat template with the tools, each turn's generated ids verbatim,

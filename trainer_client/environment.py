@@ -21,7 +21,7 @@ import asyncio
 import inspect
 from typing import Any, ClassVar
 
-from env_server.protocol import format_tool_output, tool_docstring
+from contract import format_tool_output, tool_docstring
 from env_client import ClientConfig, EnvClient, EnvClientError, RemoteSession
 
 __all__ = ["EnvRuntime", "SweEnvironment", "make_environment_class"]
@@ -146,7 +146,7 @@ class SweEnvironment:
         return reward
 
     # ------------------------------------------------------------ tools
-    # Each tool's docstring is the contract's (env_server/protocol.py TOOL_SPECS): TRL derives the
+    # Each tool's docstring is the contract's (contract/actions.py TOOL_SPECS): TRL derives the
     # schema the policy sees from it, so the policy sees each tool exactly as the env serves it.
     @_described
     def bash(self, command: str, timeout: float | None = None) -> str:

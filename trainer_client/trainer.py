@@ -37,7 +37,7 @@ from typing import Any
 from trl import GRPOTrainer
 from trl.chat_template_utils import parse_response
 
-from env_server.protocol import SuspicionReason
+from contract import SuspicionReason
 from trainer_client.distributed import gather_objects
 from trainer_client.losses.mixin import ThreeChannelLossMixin
 
@@ -73,7 +73,7 @@ class ConcurrentToolsMixin:
     def _queue_for_replay(self) -> None:
         """Hand this batch's finished episodes (every rank's) to the main process's replay loop; it
         reads their traces and asks the teachers in the background (a collective)."""
-        from trainer_client.replay.live import FinishedEpisode
+        from trainer_client.replay.during_training import FinishedEpisode
 
         started = time.perf_counter()
         mine = [FinishedEpisode(env.episode_id, env.replica_url, self.state.global_step)

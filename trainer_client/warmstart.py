@@ -237,19 +237,23 @@ def warmstart(cfg: Any, out_dir: str | Path, steps: int = 150, lr: float = 1e-2,
 
     `stumble` adds, per task, the gold demonstration preceded by a failing `view` (of the first edited
     file's name + `.orig`): a policy that sometimes errs and recovers, so error sites (channel 2's
-    input) occur in its rollouts. `stages`: SFT steps at which a snapshot is also saved."""
+    input) occur in its rollouts. `stages`: SFT steps at which a snapshot is also saved.
+
+    Raises `RunSetupError` (trainer_client/run.py) without an env server or a task file, or when no
+    task gave a usable demonstration."""
     import tempfile
 
     from datasets import Dataset
 
     from trainer_client.config import build_grpo_config, load_tokenizer, model_path
     from trainer_client.environment import make_environment_class
+    from trainer_client.run import RunSetupError
     from trainer_client.trainer import SweGRPOTrainer
 
     if not cfg.env.urls:
-        raise SystemExit("trainer-client warmstart: no env server: pass --env-url or set env.urls")
+        raise RunSetupError("no env server: pass --env-url or set env.urls")
     if not cfg.data.tasks:
-        raise SystemExit("trainer-client warmstart: the task file (--tasks) holds the gold patches it needs")
+        raise RunSetupError("the task file (--tasks) holds the gold patches it needs")
     tasks = {str(r["instance_id"]): r for r in cfg.task_rows()}
     rows = [{"prompt": [{"role": "user", "content": cfg.data.prompt}], "instance_id": iid} for iid in cfg.instance_ids()]
     env_cls = make_environment_class(cfg.env.urls, cfg.env.client, reset_keys=cfg.env.reset_keys, auto_submit=False,
@@ -296,7 +300,7 @@ def warmstart(cfg: Any, out_dir: str | Path, steps: int = 150, lr: float = 1e-2,
     finally:
         env_cls.runtime.close()
     if not demos:
-        raise SystemExit("trainer-client warmstart: no task gave a usable demonstration")
+        raise RunSetupError("no task gave a usable demonstration")
     log(f"[warmstart] SFT on {len(demos)} demonstrations, {steps} steps, lr {lr:g}")
     out = sft(demos, base, out_dir, steps=steps, lr=lr, seed=int(cfg.grpo.get("seed") or 0), log=log, stages=stages)
     (out / "warmstart.json").write_text(json.dumps(

@@ -27,10 +27,10 @@ from typing import Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
+from contract import TOOL_SPECS, format_tool_output
 from env_client import EnvClient
 from env_client.adapters import step_info
 from env_client.config import TOKEN_ENV
-from env_server.protocol import TOOL_SPECS, format_tool_output
 
 __all__ = ["ENV_ID", "URLS_ENV", "SWEOpenEnv", "parse_tool_calls", "register", "system_prompt"]
 

@@ -37,10 +37,10 @@ from typing import Any
 import verifiers.v1 as vf
 from pydantic import Field, SecretStr
 
+from contract import format_tool_output, tool_docstring
 from env_client import ClientConfig, ReplicaPool
 from env_client.adapters import step_info
 from env_client.config import TOKEN_ENV
-from env_server.protocol import format_tool_output, tool_docstring
 
 __all__ = ["URLS_ENV", "SWEState", "SWETask", "SWETaskConfig", "SWETaskset", "SWETasksetConfig", "SWEToolset",
            "SWEToolsetConfig"]

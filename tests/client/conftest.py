@@ -12,8 +12,8 @@ import pytest
 from serverlib import RunningServer, run_server  # tests/ is on sys.path (tests/conftest.py)
 
 from env_server.config import ServerConfig
-from env_server.demo_task import demo_tasks_file
-from env_server.task import TaskInstance, load_tasks
+from task_factory.demo_task import demo_tasks_file
+from verifier.task import TaskInstance, load_tasks
 
 INSTANCE = "six__demo-1"
 #: the demo task's gold fix, as one tool call

@@ -1,4 +1,4 @@
-"""`pip install "swe-openenv[client]"` alone, into a fresh venv, drives a full episode against
+"""`pip install -e ".[client]"` alone, into a fresh venv, drives a full episode against
 the real server: no torch, no server, no trainer parts.
 
 The venv lives under the project's gitignored `.cache/client-venv/<hash of pyproject.toml>`

@@ -8,23 +8,11 @@ import json
 import time
 
 import pytest
-
-from env_client import (
-    ClientConfig,
-    EnvAuthError,
-    EnvCapacityError,
-    EnvConnectionError,
-    EnvSessionError,
-    EnvTimeoutError,
-    MuxConnection,
-    NoLiveReplicaError,
-    RemoteSession,
-    ReplicaPool,
-    mux_url,
-    split_token,
-)
-
 from trainer.doubles import MuxServerDouble, free_port  # tests/ is on sys.path (tests/conftest.py)
+
+from env_client import (ClientConfig, EnvAuthError, EnvCapacityError, EnvConnectionError, EnvSessionError,
+                        EnvTimeoutError, MuxConnection, NoLiveReplicaError, RemoteSession, ReplicaPool, mux_url,
+                        split_token)
 
 FAST = ClientConfig(reconnect_attempts=2, reconnect_backoff_s=0.05, connect_timeout_s=2, request_timeout_s=10)
 

@@ -7,11 +7,11 @@ import asyncio
 import logging
 
 import pytest
-
-from env_client import (AsyncHttpClient, ClientConfig, EnvAuthError, EnvClient, EnvConnectionError,
-                        EnvNotFoundError, EnvServerError, ReplicaPool)
-from env_server.protocol import StateRecord
 from serverlib import free_port
+
+from contract import StateRecord
+from env_client import (AsyncHttpClient, ClientConfig, EnvAuthError, EnvClient, EnvConnectionError, EnvNotFoundError,
+                        EnvServerError, ReplicaPool)
 from trainer_client.replay import traces
 
 from .conftest import FIX, INSTANCE, TOKEN
@@ -114,7 +114,7 @@ async def test_replay_traces_read_through_the_client(auth_server):
         states = await traces.fetch_trace(client, url, eid)
         assert [s.t for s in states] == [0, 1] and states[0].episode_id == eid
         assert (await traces.fetch_state(client, url, eid, 2)).t == 2
-        with pytest.raises(traces.TraceError, match="EPISODE_NOT_FOUND"):
+        with pytest.raises(traces.TraceReadError, match="EPISODE_NOT_FOUND"):
             await traces.fetch_trace(client, url, "no-such-episode")
     async with traces.env_client("wrong-77a1") as client:
         with pytest.raises(EnvAuthError, match=f"env replica {url} refused the connection"):

@@ -7,11 +7,11 @@ import asyncio
 import time
 
 import pytest
-
-from env_client import (ClientConfig, EnvAuthError, EnvCapacityError, EnvClient, EnvConnectionError,
-                        EnvNotFoundError, EnvRequestError, EnvSessionError, EnvTimeoutError, ReplicaPool,
-                        RemoteSession, WsSession, mux_url, ws_url)
 from serverlib import free_port
+
+from env_client import (ClientConfig, EnvAuthError, EnvCapacityError, EnvClient, EnvConnectionError, EnvNotFoundError,
+                        EnvRequestError, EnvSessionError, EnvTimeoutError, RemoteSession, ReplicaPool, WsSession,
+                        mux_url, ws_url)
 
 from .conftest import FIX, INSTANCE, TOKEN
 

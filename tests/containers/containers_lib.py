@@ -11,6 +11,8 @@ from pathlib import Path
 
 from requirements import missing
 
+from env_client.processes import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "compose.yaml"
 ENV_UID = 10001  # the env image's non-root user; owns the task pack copy
@@ -39,9 +41,7 @@ def compose_command() -> list[str] | None:
 def free_port_pair() -> int:
     """A base port b with b and b+1 free on 127.0.0.1 (other people run servers here too)."""
     for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
+        base = free_port()
         if base > 65000:
             continue
         try:

@@ -215,7 +215,7 @@ def allowed(src: str, dst: str, port: int) -> bool:
     return out_ok and in_ok
 
 
-# ------------------------------------------------------------------ issue 18: the cluster contract
+# ------------------------------------------------------------------ the cluster contract
 def test_everything_lives_in_the_namespace_whose_pod_security_level_is_documented():
     objs = _by_kind()
     ns = objs[("Namespace", NAMESPACE)]["metadata"]["labels"]

@@ -65,7 +65,7 @@ def test_trainer_image_is_cpu_only_and_offline(engine, trainer_image):
     as a non-root user with no network at all."""
     probe = (
         "import importlib.util as u, json, torch, trl, transformers\n"
-        "from trainer_client.model import tiny_qwen_dir\n"
+        "from trainer_client.tiny_qwen import tiny_qwen_dir\n"
         "from trainer_client.tokenizer import load_qwen_tokenizer\n"
         "d = tiny_qwen_dir()\n"
         "m = transformers.AutoModelForCausalLM.from_pretrained(str(d))\n"

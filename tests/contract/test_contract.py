@@ -1,4 +1,4 @@
-"""One contract between env and trainer (env_server/protocol.py), checked from both sides.
+"""One contract between env and trainer (the contract package), checked from both sides.
 
 Every hint key the env can emit has its own hint in the trainer's table and every hint is
 reachable; the trainer's tools are described to the policy exactly as the env serves them;
@@ -11,15 +11,15 @@ import json
 
 from transformers.utils import get_json_schema
 
+from contract import (AGENT_HINT_KEYS, ERROR_KIND_TABLE, HINT_KEYS, TOOL_SPECS, ChatMessage, ErrorKind, NextAction,
+                      StateRecord, SWEObservation)
 from env_server.markers import KIND_TABLE, failure
-from env_server.protocol import (AGENT_HINT_KEYS, ERROR_KIND_TABLE, HINT_KEYS, TOOL_SPECS, ChatMessage, ErrorKind,
-                                 NextAction, PairProvenance, PairRecord, StateRecord, SWEObservation, TaskRecord,
-                                 ToolCall)
-from env_server.task import TaskInstance
 from trainer_client.environment import SweEnvironment
 from trainer_client.losses import ErrorSite, load_hint_source
 from trainer_client.losses.pairs import load_pairs
-from trainer_client.replay.models import StateRecord as ReplayState
+from trainer_client.pair_records import PairProvenance, PairRecord, ToolCall
+from trainer_client.replay.models import FrozenState as ReplayState
+from verifier.task import TaskInstance, TaskRecord
 
 
 def test_every_key_the_env_emits_has_its_own_hint_and_every_hint_is_reachable():
@@ -118,8 +118,8 @@ def test_a_task_record_loads_as_the_servers_task(tmp_path):
 def test_every_error_code_the_env_can_send_has_a_client_class():
     """A code is mapped to its own exception class, is UNAUTHORIZED (EnvAuthError), or is one of the
     few declared generic ones; a new code in the contract fails here until the client decides."""
+    from contract import ErrorCode
     from env_client.errors import _ERRORS_BY_CODE, GENERIC_CODES, EnvAuthError, EnvServerError, server_error
-    from env_server.protocol import ErrorCode
 
     for code in ErrorCode:
         if code is ErrorCode.UNAUTHORIZED:

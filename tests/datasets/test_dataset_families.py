@@ -1,4 +1,4 @@
-"""Per-family normalisers and auto detection (env_server.datasets.families / r2e / harness)."""
+"""Per-family normalisers and auto detection (task_factory.datasets.families / r2e / harness)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from env_server.datasets import ImportOptions, detect, normalise
-from env_server.datasets.commands import eval_script_command, harness_directives
-from env_server.datasets.patches import reverse_patch
+from task_factory.datasets import ImportOptions, detect, normalise
+from task_factory.datasets.commands import eval_script_command, harness_directives
+from task_factory.datasets.patches import reverse_patch
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

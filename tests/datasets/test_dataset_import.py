@@ -6,11 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-
 from requirements import missing
 
-from env_server.datasets import ReadError, import_files
-from env_server.task import load_tasks
+from task_factory.datasets import ReadError, import_files
+from verifier.task import load_tasks
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GOOD = ["swebench_4x.jsonl", "swe_gym.jsonl", "swe_smith.jsonl", "r2e_gym.jsonl", "swe_rebench.jsonl"]

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from env_server.datasets.cli import add_import_command, main
+from task_factory.cli import main
+from task_factory.datasets.cli import add_import_command
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -45,7 +46,7 @@ def test_exit_2_on_unreadable_input(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_module_entry_point(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "env_server.datasets.cli", "import", str(FIXTURES / "r2e_gym.jsonl"),
+    proc = subprocess.run([sys.executable, "-m", "task_factory", "import", str(FIXTURES / "r2e_gym.jsonl"),
                            "--out", str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 1, proc.stderr
     assert "r2e_gym.jsonl:2" in proc.stdout and "error: test_cmd:" in proc.stdout

@@ -7,9 +7,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from env_server.datasets.patches import PatchError, new_files_patch, reverse_patch
 from requirements import missing
+
+from task_factory.datasets.patches import PatchError, new_files_patch, reverse_patch
 
 
 @pytest.fixture(autouse=True)

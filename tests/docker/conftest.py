@@ -12,9 +12,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from docker_testlib import sandbox_containers, wait_gone
 from requirements import missing
+
 from sandbox import SandboxConfig, WorkspaceSpec
 
 IMAGE = os.environ.get("SWE_SANDBOX_IMAGE", "swe-openenv-sandbox:latest")

@@ -7,9 +7,9 @@ import time
 
 def sandbox_containers(client, mine: bool = True) -> set[str]:
     """Ids of sandbox containers: this process's only (others may run tests beside us)."""
-    from sandbox.docker import _OWNER, LABEL, LABEL_OWNER
+    from sandbox.docker_engine import LABEL, LABEL_OWNER, docker_engine
 
-    labels = [f"{LABEL}=1"] + ([f"{LABEL_OWNER}={_OWNER}"] if mine else [])
+    labels = [f"{LABEL}=1"] + ([f"{LABEL_OWNER}={docker_engine().owner}"] if mine else [])
     return {c.id for c in client.containers.list(all=True, filters={"label": labels})}
 
 

@@ -7,16 +7,15 @@ from pathlib import Path
 import pytest
 
 from sandbox import Limits, SandboxConfig, SandboxStartError
-from sandbox.docker import (
-    RUNTIME_PATH, WATCHDOG_USER, DockerContainer, DockerOptions, _UIDS, container_kwargs,
-)
+from sandbox.docker import RUNTIME_PATH, WATCHDOG_USER, DockerContainer, container_kwargs
+from sandbox.docker_engine import DockerSettings, docker_engine
 from sandbox.models import DEFAULT_BLOCKED_TOOLS
 
 
 def test_kwargs_carry_every_hardening_flag(tmp_path: Path) -> None:
     cfg = SandboxConfig(backend="docker", limits=Limits(memory_mb=256, pids=50, workspace_mb=20, tmp_mb=10))
     kw = container_kwargs(image="img", config=cfg, uid=123456, template_dir=tmp_path,
-                          runtime_path=RUNTIME_PATH, python_env=tmp_path, options=DockerOptions(cpus=0.5))
+                          runtime_path=RUNTIME_PATH, python_env=tmp_path, options=DockerSettings(cpus=0.5))
     assert kw["network_mode"] == "none" and kw["read_only"] and kw["init"]
     assert kw["cap_drop"] == ["ALL"] and kw["security_opt"] == ["no-new-privileges"]
     assert kw["pids_limit"] == 58 and kw["mem_limit"] == kw["memswap_limit"] == "256m"
@@ -28,18 +27,18 @@ def test_kwargs_carry_every_hardening_flag(tmp_path: Path) -> None:
 
 
 def test_path_map_translates_longest_prefix() -> None:
-    opts = DockerOptions(path_map="/srv=/host/srv;/srv/cache=/mnt/cache")
+    opts = DockerSettings(path_map="/srv=/host/srv;/srv/cache=/mnt/cache")
     assert opts.host_path(Path("/srv/cache/t/tree")) == "/mnt/cache/t/tree"
     assert opts.host_path(Path("/srv/x")) == "/host/srv/x"
     assert opts.host_path(Path("/srvx/y")) == "/srvx/y"  # a prefix is a path, not a string
-    assert DockerOptions(path_map="").host_path(Path("/a/b")) == "/a/b"
+    assert DockerSettings(path_map="").host_path(Path("/a/b")) == "/a/b"
 
 
 async def plain_container(client, image: str, tmp_path: Path, **limits) -> DockerContainer:
     """A session container whose main process just sleeps (no runtime, no watchdog)."""
     (tmp_path / "tpl").mkdir(exist_ok=True)
     cfg = SandboxConfig(backend="docker", limits=Limits(**limits))
-    uid = _UIDS.take(DockerOptions())
+    uid = docker_engine().uids.take(DockerSettings())
     kw = container_kwargs(image=image, config=cfg, uid=uid, template_dir=tmp_path / "tpl",
                           runtime_path=RUNTIME_PATH, watchdog=False)
     return await DockerContainer.create(client, uid, **kw)

@@ -12,11 +12,11 @@ import textwrap
 import time
 
 import pytest
+from docker_testlib import sandbox_containers, wait_gone
 
 from sandbox import CommandStatus, SandboxClosed, SandboxStartError, open_sandbox
-from sandbox.docker import ExecStream, reap_containers, _OWNER
-
-from docker_testlib import sandbox_containers, wait_gone
+from sandbox.docker import ExecStream, reap_containers
+from sandbox.docker_engine import docker_engine
 
 
 async def test_session_ops_and_info(client, config, spec) -> None:
@@ -128,7 +128,7 @@ async def test_host_crash_leaves_no_container(client, config, spec) -> None:
 async def test_reap_containers_removes_this_owners_sessions(client, config, spec) -> None:
     sb = await open_sandbox(spec, config)
     cid = sb.container.id
-    assert reap_containers(client, _OWNER) >= 1
+    assert reap_containers(client, docker_engine().owner) >= 1
     assert cid not in sandbox_containers(client)
     r = await sb.run("true")
     assert r.status is CommandStatus.sandbox_died

@@ -14,11 +14,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
-from env_server.grading import grade_submission
-from env_server.task import TaskInstance
 from requirements import missing
+
 from sandbox import SandboxConfig, open_sandbox
+from verifier import grade_submission
+from verifier.task import TaskInstance
 
 LIB = '''upper() { printf '%s\\n' "$1" | tr '[:lower:]' '[:upper:]'; }
 repeat() { local out=""; for _ in $(seq 1 "$2"); do out="$out$1"; done; printf '%s\\n' "$out"; }

@@ -1,6 +1,6 @@
 """SWE-bench-family instances, end to end offline: images laid out like SWE-bench's (built
 here from real code by docker/swebench_layout.py), their dataset rows imported with
-`env-server tasks import`, sessions on the docker backend in the image's own
+`task-factory import`, sessions on the docker backend in the image's own
 environment, and grading by each instance's own harness (pytest, Django's runtests.py,
 SymPy's runner) read by swebench's parsers. Controls in the same run: gold 1.0, empty 0.0.
 """
@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 import websockets
-
-from env_server.cli import main as env_cli
-from env_server.grading import grade_submission
-from env_server.task import TaskInstance, load_tasks
 from requirements import missing
-from sandbox import SandboxConfig, open_sandbox
 from serverlib import call, run_server, tool
+
+from sandbox import SandboxConfig, open_sandbox
+from task_factory.cli import main as task_factory_cli
+from verifier import grade_submission
+from verifier.task import TaskInstance, load_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(1500)
@@ -50,7 +50,7 @@ def tasks_file(client, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("layout")
     rows = [layout.build(p, log=lambda m: None) for p in layout.PROJECTS.values()]
     (out / "dataset.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert env_cli(["tasks", "import", str(out / "dataset.jsonl"), "--format", "swebench",
+    assert task_factory_cli(["import", str(out / "dataset.jsonl"), "--format", "swebench",
                     "--out", str(out / "tasks")]) == 0
     return out / "tasks" / "tasks.jsonl"
 
@@ -134,7 +134,7 @@ def test_copy_on_write_workspace_holds_only_changes_and_its_limit(client, tasks)
 
 
 def test_validate_gold_one_empty_zero_on_every_harness(tasks_file, capsys):
-    assert env_cli(["tasks", "validate", str(tasks_file), "--backend", "docker", "--concurrency", "2"]) == 0
+    assert task_factory_cli(["validate", str(tasks_file), "--backend", "docker", "--concurrency", "2"]) == 0
     table = capsys.readouterr().out
     assert "3 passed, 0 failed" in table, table
 
@@ -206,35 +206,15 @@ def test_harness_forgery_and_runner_patches_do_not_pay(tasks):
 
 def test_trainer_client_trains_a_step_on_them(tasks_file, tmp_path, capsys):
     """`trainer-client train` (CPU smoke model) against `env-server serve --backend docker` with these tasks."""
-    import subprocess
-    import sys
-    import time
-
-    import httpx
-
-    from serverlib import free_port
+    from env_client.local_server import local_env_server
     from trainer_client.cli import main as trainer_cli
 
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "env_server.cli", "serve", "--tasks", str(tasks_file),
-                               "--port", str(port), "--backend", "docker", "--data-dir", str(tmp_path / "env")],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(100):
-            assert server.poll() is None, "env-server exited"
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+    with local_env_server(tasks_file, backend="docker", data_dir=tmp_path / "env", startup_timeout_s=60,
+                          stop_grace_s=30) as server:
         out = tmp_path / "run"
-        rc = trainer_cli(["train", "--config", str(ROOT / "trainer_client/configs/cpu_smoke.yaml"), "--env-url", url,
-                          "--tasks", str(tasks_file), "--output-dir", str(out), "--max-steps", "1",
+        rc = trainer_cli(["train", "--config", str(ROOT / "trainer_client/configs/cpu_smoke.yaml"), "--env-url",
+                          server.url, "--tasks", str(tasks_file), "--output-dir", str(out), "--max-steps", "1",
                           "--set", "grpo.max_completion_length=32", "--set", "output.plot=false"])
-    finally:
-        server.terminate()
-        server.wait(30)
     assert rc == 0
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r for r in steps if "reward" in r], steps

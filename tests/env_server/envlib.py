@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from serverlib import RunningServer, call, free_port, run_server, tool  # noqa: F401  (re-exported)
 
-
 # The bwrap sandbox backend: the `bwrap` fixture of tests/conftest.py skips without bubblewrap,
 # or fails under CI / SWE_REQUIRE_BWRAP=1.
 requires_sandbox = pytest.mark.usefixtures("bwrap")

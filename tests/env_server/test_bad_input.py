@@ -6,7 +6,6 @@ import json
 
 import httpx
 import websockets
-
 from envlib import requires_sandbox, run
 from test_ws import call, tool
 

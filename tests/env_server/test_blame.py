@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 
 from envlib import requires_sandbox, run
+
+from contract import CallToolAction
 from env_server.episode import Episode, EpisodeConfig
-from env_server.protocol import CallToolAction
 from env_server.traces import TraceStore, state_at
 from sandbox import SandboxConfig, SandboxError
 

@@ -12,16 +12,15 @@ import json
 import os
 import subprocess
 import sys
-import time
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any, AsyncIterator
 
 import httpx
 import pytest
 import websockets
+from envlib import call, requires_sandbox, run, tool
 
-from envlib import call, free_port, requires_sandbox, run, tool
+from env_client.local_server import local_env_server
 
 pytestmark = requires_sandbox
 
@@ -215,15 +214,9 @@ def test_no_token_reaches_the_server_log(demo_tasks_path, tmp_path):
     legacy, wrong = "tok-legacy-0c7e2b94", "tok-wrong-61fa3d08"
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text(f"clients:\n  alice: {ALICE}\noperators:\n  ops: {OPS}\n")
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "env_server.cli", "serve", "--port", str(port), "--tasks",
-                             str(demo_tasks_path), "--data-dir", str(tmp_path / "data"), "--tokens", str(tokens),
-                             "--client-token", f"bob={BOB}", "--log-level", "trace"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env={**os.environ, "ENV_SERVER_TOKEN": legacy})
-    url, ws_url = f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}"
+    log_path = tmp_path / "server.log"
 
-    async def sockets() -> None:
+    async def sockets(ws_url: str) -> None:
         for path, token in (("/ws?token=", ALICE), ("/mux?limit=1&token=", BOB), ("/ws?%74oken=", legacy)):
             async with websockets.connect(f"{ws_url}{path}{token}") as ws:
                 await ws.send(json.dumps({"type": "state"} if path.startswith("/ws") else
@@ -237,25 +230,17 @@ def test_no_token_reaches_the_server_log(demo_tasks_path, tmp_path):
         with pytest.raises(websockets.InvalidStatus):  # no "Bearer": the header's value is still hidden
             await websockets.connect(f"{ws_url}/mux", additional_headers={"Authorization": wrong})
 
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(url + "/health")
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
-                time.sleep(0.2)
-        with httpx.Client(base_url=url) as http:
+    with local_env_server(demo_tasks_path, data_dir=tmp_path / "data", log_path=log_path,
+                          extra_args=["--tokens", str(tokens), "--client-token", f"bob={BOB}", "--log-level", "trace"],
+                          env={**os.environ, "ENV_SERVER_TOKEN": legacy}, startup_timeout_s=30) as server:
+        with httpx.Client(base_url=server.url) as http:
             assert http.get(f"/metadata?token={ALICE}").status_code == 401
             assert http.get(f"/episodes?limit=5&token={OPS}").status_code == 401
             assert http.get(f"/health?token={legacy}").status_code == 200
             assert http.get("/episodes", headers=bearer(BOB)).status_code == 200
             assert http.get("/metadata", headers=bearer(wrong)).status_code == 401
-        run(sockets())
-    finally:
-        proc.terminate()
-        log = proc.communicate(timeout=30)[0].decode()
+        run(sockets(server.ws_url))
+    log = log_path.read_text(errors="replace")
     for line in ('"GET /metadata?token=<redacted> HTTP/1.1" 401', '"GET /episodes?limit=5&token=<redacted> HTTP/1.1"',
                  '"WebSocket /ws?token=<redacted>" [accepted]', '"WebSocket /mux?limit=1&token=<redacted>" [accepted]',
                  '"WebSocket /ws?%74oken=<redacted>" [accepted]', '"WebSocket /ws?token=<redacted>" 403',

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from env_server import diffs
-from env_server.diffs import FileDiff, drop_reason, filter_diff, fold, split_diff, touched_paths
-from env_server.grading.monitor import scan_diff, summarize
-from env_server.protocol import SuspicionReason
+from contract import SuspicionReason
+from verifier import diffs
+from verifier.diffs import FileDiff, drop_reason, filter_diff, fold, split_diff, touched_paths
+from verifier.monitor import scan_diff, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 HAVE_PATCH = shutil.which("patch") is not None

@@ -9,7 +9,6 @@ import json
 
 import httpx
 import websockets
-
 from envlib import call, requires_sandbox, run, tool
 
 from env_server.episode import EpisodeConfig

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from sandbox import SandboxConfig
-
 from envlib import requires_sandbox, run
-from env_server.grading import GradeCache, grade_submission
+
+from sandbox import SandboxConfig
+from verifier import GradeCache, grade_submission
 
 pytestmark = requires_sandbox
 

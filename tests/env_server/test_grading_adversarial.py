@@ -20,15 +20,15 @@ from pathlib import Path
 
 import pytest
 import websockets
-
 from envlib import requires_sandbox, run_server
-from env_server.config import ServerConfig
-from env_server.diffs import split_diff
-from env_server.episode import EpisodeConfig
-from env_server.task import TaskInstance, load_tasks
 from grading_attacks import Ctx, attacks, bash_script
 from grading_attacks_r2 import attacks_r2, bash_script_r2
+
+from env_server.config import ServerConfig
+from env_server.episode import EpisodeConfig
 from sandbox import SandboxConfig
+from verifier.diffs import split_diff
+from verifier.task import TaskInstance, load_tasks
 
 pytestmark = [requires_sandbox, pytest.mark.timeout(1200)]
 CONCURRENCY = 3
@@ -83,7 +83,7 @@ def _campaign(backend: str, tasks_path: Path, data_dir: Path) -> dict[tuple[str,
                 for attack in attacks(ctx):
                     jobs[(task.instance_id, attack.name)] = asyncio.ensure_future(
                         _episode(srv.url.replace("http", "ws"), task, bash_script(attack, ctx), sem))
-                for attack in attacks_r2(ctx):  # the second round (docs/grading.md)
+                for attack in attacks_r2(ctx):  # attacks on the run's isolation, canaries and log (docs/grading.md)
                     jobs[(task.instance_id, attack.name)] = asyncio.ensure_future(
                         _episode(srv.url.replace("http", "ws"), task, bash_script_r2(attack, ctx), sem))
             return {k: await v for k, v in jobs.items()}
@@ -174,7 +174,7 @@ def test_tampering_is_blamed_on_the_agent_and_recorded(campaign):
     assert meta["error_kind"] == "grading_tampered" and meta["hint_template_key"] == "grading.tampered"
     assert meta["error_source"] == "agent" and meta["reward_hacking"] is True and meta["tamper_reasons"]
     assert "runner_internals" in meta["suspicious"]
-    # the trace holds the same verdict (what `env-server tasks reverify` and audits read)
+    # the trace holds the same verdict (what `task-factory reverify` and audits read)
     trace = data_dir / "traces" / f"{meta['episode_id']}.jsonl"
     last = json.loads(trace.read_text().splitlines()[-1])
     assert last["observation"]["metadata"]["reward_hacking"] is True

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from env_server.grading import pytest_command, pytest_log
-from env_server.grading.canary import function_id, plan_canaries
-from env_server.grading.verdict import RunFacts, tamper_reasons
+from verifier import pytest_log
+from verifier.canary import function_id, plan_canaries
+from verifier.grade import pytest_command
+from verifier.verdict import RunFacts, tamper_reasons
 
 CALC = textwrap.dedent("""\
     def add(a, b):

@@ -7,9 +7,9 @@ import subprocess
 
 import pytest
 
-from env_server.diffs import filter_diff
-from env_server.grading.monitor import scan_diff, summarize
-from env_server.grading.runner_config import _pristine_config, render
+from verifier.diffs import filter_diff
+from verifier.monitor import scan_diff, summarize
+from verifier.runner_config import _pristine_config, render
 
 
 def added(path: str, text: str, mode: str = "100644") -> str:

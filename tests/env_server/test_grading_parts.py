@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from env_server.diffs import filter_diff, normalize_diff, split_diff
-from env_server.junit import JUnitError, case_key, outcomes_for, parse_junit
+from verifier.diffs import filter_diff, normalize_diff, split_diff
+from verifier.junit import JUnitError, case_key, outcomes_for, parse_junit
 
 
 def block(path: str, body: str = "@@ -1 +1 @@\n-a\n+b\n") -> str:
@@ -57,7 +57,7 @@ def test_bad_reports_raise(text):
 
 
 def test_harness_runner_paths_are_dropped_per_parser():
-    from env_server.grading.harness import runner_paths
+    from verifier.harness import runner_paths
 
     def block(path: str) -> str:
         return f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-a\n+b\n"
@@ -70,7 +70,7 @@ def test_harness_runner_paths_are_dropped_per_parser():
 
 
 def test_harness_log_checks_catch_forged_and_inconsistent_logs():
-    from env_server.grading import harness
+    from verifier import harness
 
     t = "test_x (m.C.test_x)"
     real = f"{t} ... FAIL\n"

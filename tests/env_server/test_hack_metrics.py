@@ -6,12 +6,12 @@ import json
 
 import httpx
 import websockets
-from prometheus_client.parser import text_string_to_metric_families
-
 from envlib import requires_sandbox, run
+from prometheus_client.parser import text_string_to_metric_families
 from test_ws import call, tool
+
+from contract import CallToolAction, SuspicionReason, SWEObservation
 from env_server.config import ServerConfig
-from env_server.protocol import CallToolAction, SuspicionReason, SWEObservation
 from env_server.service import EnvService
 
 SUBMIT = CallToolAction(tool_name="submit")

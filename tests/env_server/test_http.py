@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import time
@@ -13,9 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 import websockets
-
-from envlib import free_port, requires_sandbox, run
+from envlib import requires_sandbox, run
 from test_ws import call, tool
+
+from env_client.local_server import local_env_server
 
 pytestmark = requires_sandbox
 OPENENV = Path(sys.executable).with_name("openenv")
@@ -98,23 +98,11 @@ def test_idle_timeout_reaps_only_detached_sessions(make_server):
 
 
 def test_cli_serve_runs_a_real_process(demo_tasks_path, tmp_path):
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "env_server.cli", "serve", "--port", str(port), "--tasks",
-                             str(demo_tasks_path), "--data-dir", str(tmp_path), "--max-sessions", "3"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ})
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                meta = httpx.get(f"http://127.0.0.1:{port}/metadata").json()
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read().decode()
-                time.sleep(0.2)
+    with local_env_server(demo_tasks_path, data_dir=tmp_path, extra_args=["--max-sessions", "3"],
+                          startup_timeout_s=30) as server:
+        meta = httpx.get(f"{server.url}/metadata").json()
         assert meta["max_sessions"] == 3 and meta["tasks"] == 1
-    finally:
-        proc.terminate()
-        proc.wait(20)
+    assert server.returncode is not None
 
 
 def test_cli_rejects_a_bad_task_file(tmp_path):

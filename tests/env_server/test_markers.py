@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from contract import ErrorKind
 from env_server.markers import KIND_TABLE, classify_command, classify_path_error
-from env_server.protocol import ErrorKind
 from sandbox.models import DEFAULT_BLOCKED_TOOLS, CommandResult, CommandStatus, PathError
 
 S = CommandStatus

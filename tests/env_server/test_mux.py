@@ -7,7 +7,6 @@ import json
 import time
 
 import websockets
-
 from envlib import requires_sandbox, run, tool
 
 pytestmark = requires_sandbox

@@ -1,4 +1,4 @@
-"""``env-server tasks reverify``: real episodes over the real server, re-graded in the real sandbox."""
+"""``task-factory reverify``: real episodes over the real server, re-graded in the real sandbox."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 import websockets
-
 from envlib import call, requires_sandbox, run, run_server, tool
-from env_server.cli import build_parser, main
+
 from env_server.config import ServerConfig
 from env_server.episode import EpisodeConfig
-from env_server.reverify import reverify
-from env_server.task import load_tasks
+from task_factory.cli import build_parser, main
+from task_factory.reverify import reverify
+from verifier.task import load_tasks
 
 
 async def _episode(srv, episode_id: str, *steps: dict, submit: bool = True) -> dict:
@@ -94,7 +94,7 @@ def test_a_fooled_grader_shows_as_a_changed_reward(data_dir: Path, demo_tasks_pa
     _write(traces / "ep-empty.jsonl", records)
 
     out = tmp_path / "report.json"
-    argv = ["tasks", "reverify", "--traces", str(traces), "--tasks", str(demo_tasks_path), "--json", str(out)]
+    argv = ["reverify", "--traces", str(traces), "--tasks", str(demo_tasks_path), "--json", str(out)]
     assert main(argv + ["--fail-on-change"]) == 1
     table = capsys.readouterr().out
     line = next(line for line in table.splitlines() if line.startswith("ep-empty"))
@@ -139,17 +139,17 @@ def test_episodes_that_cannot_be_regraded_get_rows(data_dir: Path, demo_tasks_pa
 
 
 def test_bad_input_exits_2(tmp_path: Path, demo_tasks_path: Path, capsys: pytest.CaptureFixture) -> None:
-    args = build_parser().parse_args(["tasks", "reverify", "--traces", "d", "--tasks", "t.jsonl"])
+    args = build_parser().parse_args(["reverify", "--traces", "d", "--tasks", "t.jsonl"])
     assert (args.backend, args.concurrency, args.json, args.fail_on_change, args.func.__name__) == (
         "bwrap", 2, None, False, "_reverify")
-    base = ["tasks", "reverify", "--tasks", str(demo_tasks_path), "--traces"]
+    base = ["reverify", "--tasks", str(demo_tasks_path), "--traces"]
     assert main(base + [str(tmp_path / "missing")]) == 2
     assert "no such traces folder" in capsys.readouterr().err
     (tmp_path / "traces").mkdir()
     assert main(base + [str(tmp_path)]) == 2
     assert "no episode traces (*.jsonl) in " + str(tmp_path / "traces") in capsys.readouterr().err
     (tmp_path / "traces" / "ep.jsonl").write_text("")
-    assert main(["tasks", "reverify", "--traces", str(tmp_path), "--tasks", str(tmp_path / "nope.jsonl")]) == 2
+    assert main(["reverify", "--traces", str(tmp_path), "--tasks", str(tmp_path / "nope.jsonl")]) == 2
     assert "cannot read task file" in capsys.readouterr().err
     assert main(base + [str(tmp_path), "--json", str(tmp_path / "no" / "r.json")]) == 2
     assert "no such folder for --json" in capsys.readouterr().err

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from env_server.task import TaskFileError, load_tasks
+from verifier.task import TaskFileError, load_tasks
 
 
 def record(**over):
@@ -66,8 +66,8 @@ def test_missing_file_is_a_clear_error(tmp_path):
 def test_image_resident_tasks_need_the_docker_backend(tmp_path):
     from env_server.app import create_app
     from env_server.config import ServerConfig
-    from env_server.task import TaskFileError, TaskInstance, check_backend
     from sandbox import SandboxConfig
+    from verifier.task import TaskFileError, TaskInstance, check_backend
 
     resident = TaskInstance(instance_id="django__django-1", problem_statement="p", image="img:1",
                             FAIL_TO_PASS=["a"], workdir="/testbed")

@@ -8,7 +8,6 @@ import time
 
 import pytest
 import websockets
-
 from envlib import call, requires_sandbox, run, tool
 
 pytestmark = requires_sandbox

@@ -10,8 +10,8 @@ import pytest
 from serverlib import RunningServer, run_server
 
 from env_server.config import ServerConfig
-from env_server.demo_task import demo_tasks_file
-from env_server.task import TaskInstance, load_tasks
+from task_factory.demo_task import demo_tasks_file
+from verifier.task import TaskInstance, load_tasks
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from framework_venvs import VENVS, framework_python, run_script, wait_no_sessions
 
-from env_server.demo_task import demo_tasks_file
+from task_factory.demo_task import demo_tasks_file
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ from trainer_client.losses import (
     encode_pair,
     load_hint_source,
     load_pairs,
-    replay_loss,
+    pair_preference_loss,
     response_logps,
     sdpo_loss,
 )
@@ -127,4 +127,4 @@ def test_channel3_alone_raises_chosen_minus_rejected_margin(tokenizer, pairs, pr
         out.total.backward()
         opt.step()
     assert margin() > start + 1.0, (start, margin())
-    assert float(replay_loss(model, pairs, cfg, reference=ref, pad_token_id=pad).loss.detach()) < float(out.replay.detach()) + 1e-3
+    assert float(pair_preference_loss(model, pairs, cfg, reference=ref, pad_token_id=pad).loss.detach()) < float(out.replay.detach()) + 1e-3

@@ -12,7 +12,7 @@ from trainer_client.losses import (
     collate_pairs,
     encode_pair,
     load_pairs,
-    replay_loss,
+    pair_preference_loss,
     response_logps,
 )
 
@@ -64,7 +64,7 @@ def test_reference_cache_and_dpo_at_reference_is_log2(qwen_model, tokenizer, tmp
     with torch.no_grad():
         direct, _ = response_logps(qwen_model, ids, attn, resp)
     torch.testing.assert_close(ref.get(pairs[:1])[0], direct[:1])
-    out = replay_loss(qwen_model, pairs, LossConfig(pref_loss="dpo"), reference=ref, pad_token_id=tokenizer.pad_token_id)
+    out = pair_preference_loss(qwen_model, pairs, LossConfig(pref_loss="dpo"), reference=ref, pad_token_id=tokenizer.pad_token_id)
     # the policy is the reference: every DPO logit is 0 -> loss log 2, margin 0
     torch.testing.assert_close(out.loss.detach(), torch.tensor(0.6931472), atol=1e-5, rtol=0)
     assert abs(out.margin) < 1e-4 and out.n_pairs == 3

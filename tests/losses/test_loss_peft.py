@@ -15,7 +15,7 @@ import torch
 from trainer_client.losses import LossConfig
 from trainer_client.losses.model_io import is_peft_model
 from trainer_client.losses.pairs import encode_pair, load_pairs
-from trainer_client.losses.replay import ReferenceLogps, replay_loss
+from trainer_client.losses.pair_preference import ReferenceLogps, pair_preference_loss
 from trainer_client.losses.sdpo import sdpo_loss
 from trainer_client.losses.teacher_context import HintRenderer
 from trainer_client.losses.hints import load_hint_source
@@ -66,8 +66,8 @@ def test_channels_with_lora_adapters(tokenizer, tmp_path):
     ref = ReferenceLogps()
     ref.compute(base, pairs, pad_token_id=tokenizer.pad_token_id)
     with torch.no_grad():
-        via_peft = replay_loss(model, pairs, cfg, reference=None, pad_token_id=tokenizer.pad_token_id)
-        via_base = replay_loss(model, pairs, cfg, reference=ref, pad_token_id=tokenizer.pad_token_id)
+        via_peft = pair_preference_loss(model, pairs, cfg, reference=None, pad_token_id=tokenizer.pad_token_id)
+        via_base = pair_preference_loss(model, pairs, cfg, reference=ref, pad_token_id=tokenizer.pad_token_id)
     torch.testing.assert_close(via_peft.loss, via_base.loss)
     assert float(via_peft.margin) != 0.0  # adapters moved the policy away from its reference
 

@@ -23,7 +23,7 @@ def test_a_growing_buffer_gets_references_from_the_initial_policy_not_the_traine
     for p in qwen_model.parameters():  # "training" moved the policy away from its start
         p.data.add_(0.05)
     assert state.add_pairs(pair_records(2), qwen_model) == 2
-    from trainer_client.losses.replay import ReferenceLogps
+    from trainer_client.losses.pair_preference import ReferenceLogps
 
     by_initial, by_policy = ReferenceLogps(), ReferenceLogps()
     by_initial.compute(initial, state.pairs)

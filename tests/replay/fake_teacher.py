@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
-import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +18,8 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+
+from env_client.processes import free_port, wait_healthy
 
 
 @dataclass
@@ -73,27 +73,26 @@ class FakeTeacherServer:
     def __post_init__(self) -> None:
         app = FastAPI()
         app.post("/v1/chat/completions")(self._handle)
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        self._sock = sock
-        self.base_url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
+        app.get("/health")(lambda: {"status": "healthy"})  # readiness (not a teacher route: not recorded)
+        port = free_port()
+        self._origin = f"http://127.0.0.1:{port}"
+        self.base_url = f"{self._origin}/v1"
+        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                                     lifespan="off"))
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
 
     def __enter__(self) -> FakeTeacherServer:
         self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("fake teacher server did not start")
-            time.sleep(0.01)
+        try:
+            wait_healthy(self._origin, self._thread, timeout_s=10, name="the fake teacher server")
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=10)
-        self._sock.close()
 
     def bodies(self, model: str | None = None) -> list[dict]:
         return [json.loads(r.body) for r in self.requests if model is None or r.model == model]

@@ -1,6 +1,6 @@
 """Two tiny tool-calling teacher checkpoints for a real env-server trace (two training stages).
 
-The random smoke model (trainer_client.model, real Qwen2 tokenizer) is fine-tuned on the
+The random smoke model (trainer_client/tiny_qwen.py, real Qwen2 tokenizer) is fine-tuned on the
 trace's own state(t) prompts, tokenized the way `transformers serve` tokenizes a chat
 request (its own message conversion + the Qwen2.5 chat template with the tool schemas),
 to answer each state with a teacher action in Qwen's `<tool_call>` format. Stage "early"
@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from trainer_client.replay import StateRecord
+from trainer_client.replay import FrozenState
 from trainer_client.warmstart import Turn, default_turn_ids, target_logprobs
 
 INSTANCE = "calc-1"
@@ -43,7 +43,7 @@ RECIPE_VERSION = 1
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
 
 
-def served_prompt_ids(tok, state: StateRecord) -> list[int]:
+def served_prompt_ids(tok, state: FrozenState) -> list[int]:
     """The prompt ids `transformers serve` builds for this state's chat request (non-null fields,
     its message conversion, the chat template with the tools and the generation prompt)."""
     from transformers.cli.serving.utils import BaseHandler, Modality
@@ -55,7 +55,7 @@ def served_prompt_ids(tok, state: StateRecord) -> list[int]:
     return list(out["input_ids"])
 
 
-def _examples(tok, states: list[StateRecord]) -> list[tuple[list[int], list[int]]]:
+def _examples(tok, states: list[FrozenState]) -> list[tuple[list[int], list[int]]]:
     """(ids, target mask) per state: the served prompt, then the teacher's turn + <|im_end|>."""
     assert [s.t for s in states] == list(range(len(TEACHER))), [s.t for s in states]
     out = []
@@ -128,9 +128,9 @@ def build_teachers(out: Path, base: Path, examples) -> dict:
     return info
 
 
-def teacher_checkpoints(states: list[StateRecord], cache_root: Path | None = None) -> tuple[Path, Path]:
+def teacher_checkpoints(states: list[FrozenState], cache_root: Path | None = None) -> tuple[Path, Path]:
     """(early, late) checkpoint directories for this trace (trained once, then cached)."""
-    from trainer_client.model import tiny_qwen_dir
+    from trainer_client.tiny_qwen import tiny_qwen_dir
     from trainer_client.tokenizer import default_cache_dir, load_qwen_tokenizer
 
     base = tiny_qwen_dir()

@@ -6,7 +6,8 @@ import json
 import subprocess
 from pathlib import Path
 
-from trainer_client.replay import RetryConfig, StateRecord, TeacherConfig, TeachersFile, ToolAction
+from trainer_client.pair_records import ToolCall
+from trainer_client.replay import FrozenState, RetryConfig, TeacherConfig, TeachersFile
 
 TOOLS = [
     {"type": "function", "function": {
@@ -24,8 +25,8 @@ TOOLS = [
 ]
 
 
-def state(t: int, student: ToolAction | None, episode: str = "ep-1", error_kind: str | None = None,
-          entropy: float | None = None, extra_user: str = "") -> StateRecord:
+def state(t: int, student: ToolCall | None, episode: str = "ep-1", error_kind: str | None = None,
+          entropy: float | None = None, extra_user: str = "") -> FrozenState:
     """A state(t) record shaped like the env server's (docs/contracts.md)."""
     messages = [
         {"role": "system", "content": "You are a software engineer. Use the tools."},
@@ -44,11 +45,11 @@ def state(t: int, student: ToolAction | None, episode: str = "ep-1", error_kind:
               "diff": "", "next_action": student.model_dump() if student else None}
     if entropy is not None:
         record["metadata"] = {"student_entropy": entropy}
-    return StateRecord.model_validate(record)
+    return FrozenState.model_validate(record)
 
 
-def bash(cmd: str) -> ToolAction:
-    return ToolAction(tool_name="bash", arguments={"command": cmd})
+def bash(cmd: str) -> ToolCall:
+    return ToolCall(tool_name="bash", arguments={"command": cmd})
 
 
 def teachers(base_url: str, names=("t-a", "t-b", "t-c"), *, price_in=1e-6, price_out=2e-6,

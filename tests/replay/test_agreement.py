@@ -1,7 +1,9 @@
 import pytest
 
+from trainer_client.pair_records import ToolCall
+from trainer_client.replay import AgreementRule, decide
+
 from .replay_fixtures import bash
-from trainer_client.replay import AgreementRule, ToolAction, decide
 
 X, Y, Z, W = bash("pytest -q"), bash("ls"), bash("cat setup.py"), bash("git status")
 DEFAULT = AgreementRule()
@@ -43,7 +45,7 @@ def test_min_fraction_and_max_student_votes():
 
 
 def test_chosen_is_first_agreeing_teachers_original_action():
-    a = ToolAction(tool_name="view", arguments={"path": "./src/a.py"})
-    b = ToolAction(tool_name="view", arguments={"path": "/workspace/src/a.py"})
+    a = ToolCall(tool_name="view", arguments={"path": "./src/a.py"})
+    b = ToolCall(tool_name="view", arguments={"path": "/workspace/src/a.py"})
     v = decide(Y, {"a": a, "b": b}, DEFAULT)
     assert v.chosen == a and v.chosen.arguments["path"] == "./src/a.py"

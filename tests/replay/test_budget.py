@@ -2,8 +2,9 @@ import asyncio
 
 import pytest
 
-from .replay_fixtures import bash, state, teachers
 from trainer_client.replay.budget import Budget, estimate_prompt_tokens, worst_case_cost
+
+from .replay_fixtures import bash, state, teachers
 
 
 def test_reserve_waits_for_in_flight_calls_then_refuses_only_what_cannot_fit():

@@ -1,10 +1,11 @@
 import pytest
 
-from trainer_client.replay import ToolAction, canonical_key
+from trainer_client.pair_records import ToolCall
+from trainer_client.replay import canonical_key
 
 
 def key(tool, **args):
-    return canonical_key(ToolAction(tool_name=tool, arguments=args))
+    return canonical_key(ToolCall(tool_name=tool, arguments=args))
 
 
 @pytest.mark.parametrize("a, b", [
@@ -35,8 +36,8 @@ def test_paths_normalize(path):
 
 
 def test_key_order_none_values_and_int_floats_do_not_matter():
-    a = ToolAction(tool_name="view", arguments={"path": "a.py", "view_range": [1, 20], "x": None})
-    b = ToolAction(tool_name="View", arguments={"view_range": [1.0, 20.0], "path": "a.py"})
+    a = ToolCall(tool_name="view", arguments={"path": "a.py", "view_range": [1, 20], "x": None})
+    b = ToolCall(tool_name="View", arguments={"view_range": [1.0, 20.0], "path": "a.py"})
     assert canonical_key(a) == canonical_key(b)
 
 

@@ -7,10 +7,12 @@ import sys
 
 import yaml
 
+from trainer_client.pair_records import PairRecord
+from trainer_client.replay import load_teachers
+from trainer_client.replay.cli import add_subcommands
+
 from .fake_teacher import FakeTeacherServer, Reply
 from .replay_fixtures import bash, state, teachers
-from trainer_client.replay import PreferencePair, load_teachers
-from trainer_client.replay.cli import add_subcommands
 
 PAIR_KEYS = {"state_id", "messages", "tools", "chosen", "rejected", "n_teachers_agreeing", "provenance"}
 
@@ -45,7 +47,7 @@ def test_standalone_module_writes_pairs_and_prints_summary(tmp_path):
         row = json.loads(line)
         assert set(row) == PAIR_KEYS
         assert set(row["provenance"]) >= {"episode_id", "t", "teachers", "costs"}
-        PreferencePair.model_validate(row)
+        PairRecord.model_validate(row)
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["pairs_kept"] == 3 and summary["calls"] == 9 and summary["budget_usd"] == 1.0
     assert "cost: $" in proc.stdout and "pairs: 3 mined, 3 kept" in proc.stdout and "p95" in proc.stdout

@@ -12,9 +12,6 @@ import asyncio
 import json
 import math
 import os
-import socket
-import threading
-import time
 from collections import Counter
 
 import pytest
@@ -25,15 +22,16 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 import httpx  # noqa: E402
 import uvicorn  # noqa: E402
+from serverlib import free_port, serve_in_thread  # noqa: E402  (tests/ is on sys.path)
 
+import env_client  # noqa: E402
 from env_server import app as app_mod  # noqa: E402
 from env_server.config import ServerConfig  # noqa: E402
-import env_client  # noqa: E402
 from trainer_client import losses  # noqa: E402
+from trainer_client.replay.cli import add_subcommands  # noqa: E402
 
 from .fake_teacher import FakeTeacherServer, Reply  # noqa: E402
 from .replay_fixtures import make_task  # noqa: E402
-from trainer_client.replay.cli import add_subcommands  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("bwrap")]  # bwrap: skips without it, fails in CI
 
@@ -55,19 +53,10 @@ def teacher_script(model: str, body: dict, n: int) -> Reply:
 @pytest.fixture
 def env_url(tmp_path):
     app = app_mod.create_app(ServerConfig(tasks_path=make_task(tmp_path), data_dir=tmp_path / "data"))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "env server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server.should_exit = True
-    thread.join(timeout=30)
-    sock.close()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with serve_in_thread(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"), url, timeout_s=30):
+        yield url
 
 
 async def rollout(url: str, instance_id: str = "calc-1", actions=STUDENT) -> str:
@@ -131,8 +120,9 @@ def test_rollouts_replay_pairs_then_a_channel3_step(env_url, tmp_path, capsys):
 
     # channel 3 consumes the file: DPO at the reference is log 2, one step raises the margin
     import torch
-    from trainer_client.tokenizer import load_qwen_tokenizer
     from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from trainer_client.tokenizer import load_qwen_tokenizer
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -145,9 +135,9 @@ def test_rollouts_replay_pairs_then_a_channel3_step(env_url, tmp_path, capsys):
     ref.compute(model, pairs, pad_token_id=tok.pad_token_id)
     cfg3 = losses.LossConfig(pref_loss="dpo")
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    out = losses.replay_loss(model, pairs, cfg3, reference=ref, pad_token_id=tok.pad_token_id)
+    out = losses.pair_preference_loss(model, pairs, cfg3, reference=ref, pad_token_id=tok.pad_token_id)
     assert out.n_pairs == 2 and math.isclose(out.loss.item(), math.log(2), abs_tol=1e-4)
     out.loss.backward()
     opt.step()
-    after = losses.replay_loss(model, pairs, cfg3, reference=ref, pad_token_id=tok.pad_token_id)
+    after = losses.pair_preference_loss(model, pairs, cfg3, reference=ref, pad_token_id=tok.pad_token_id)
     assert after.margin.item() > 0 and after.loss.item() < out.loss.item()

@@ -10,10 +10,10 @@ import time
 import httpx
 import pytest
 
-from trainer_client.replay.config import TeachersFile
 from trainer_client.replay.agreement import AgreementRule
-from trainer_client.replay.live import FinishedEpisode, LiveReplay
-from trainer_client.replay.replay import ReplayOptions
+from trainer_client.replay.config import TeachersFile
+from trainer_client.replay.during_training import FinishedEpisode, LiveReplay
+from trainer_client.replay.pair_mining import ReplayOptions
 from trainer_client.replay.verify import ForkVerifier
 
 from .fake_teacher import FakeTeacherServer, Reply
@@ -128,8 +128,8 @@ def six_url(tmp_path_factory):
     from serverlib import run_server
 
     from env_server.config import ServerConfig
-    from env_server.demo_task import demo_tasks_file
-    from env_server.task import load_tasks
+    from task_factory.demo_task import demo_tasks_file
+    from verifier.task import load_tasks
 
     config = ServerConfig(tasks_path=demo_tasks_file(), data_dir=tmp_path_factory.mktemp("six-data"))
     with run_server(config, load_tasks(demo_tasks_file())) as server:

@@ -31,8 +31,8 @@ from requirements import missing  # noqa: E402  (tests/ is on sys.path: tests/co
 
 from trainer_client.replay import ReplayOptions, load_teachers, replay  # noqa: E402
 from trainer_client.replay.budget import Budget  # noqa: E402
-from trainer_client.replay.client import TeacherClient  # noqa: E402
 from trainer_client.replay.cli import add_subcommands  # noqa: E402
+from trainer_client.replay.client import TeacherClient  # noqa: E402
 from trainer_client.replay.local import (  # noqa: E402
     SERVE_PRESETS,
     LocalServeOptions,
@@ -85,12 +85,13 @@ def _group_gone(pgid: int) -> bool:
 @pytest.fixture(scope="module")
 def env_trace(bwrap, tmp_path_factory):
     """(env url, episode id, state(t) records): STUDENT's episode on a real env server."""
+    from serverlib import run_server
+
     import env_client
     from env_server.config import ServerConfig
-    from env_server.task import load_tasks
-    from serverlib import run_server
     from trainer_client.replay.traces import env_client as http_client
     from trainer_client.replay.traces import fetch_trace
+    from verifier.task import load_tasks
 
     root = tmp_path_factory.mktemp("local-teachers-env")
     tasks = make_task(root, ltm.INSTANCE)
@@ -249,7 +250,7 @@ def test_missing_checkpoint_is_a_clear_error_and_starts_nothing(tmp_path, capsys
 @pytest.mark.slow
 def test_a_server_that_dies_at_start_is_reported_with_its_log_and_all_are_stopped(tmp_path):
     _serve_available()
-    from trainer_client.model import tiny_qwen_dir
+    from trainer_client.tiny_qwen import tiny_qwen_dir
 
     broken = tmp_path / "broken"
     broken.mkdir()
@@ -268,7 +269,7 @@ def test_a_server_that_dies_at_start_is_reported_with_its_log_and_all_are_stoppe
 
 # ------------------------------------------------------------------ pieces
 def test_served_copy_adds_only_what_a_checkpoint_lacks(tmp_path):
-    from trainer_client.model import tiny_qwen_dir
+    from trainer_client.tiny_qwen import tiny_qwen_dir
 
     full = tiny_qwen_dir()
     assert stage_checkpoint(full, tmp_path / "a") == []

@@ -1,9 +1,11 @@
+from trainer_client.pair_records import PairProvenance, PairRecord, ToolCall
+from trainer_client.replay import NormalizeConfig, normalize_pairs
+
 from .replay_fixtures import TOOLS, bash
-from trainer_client.replay import NormalizeConfig, PairProvenance, PreferencePair, ToolAction, normalize_pairs
 
 
-def pair(chosen: ToolAction, rejected: ToolAction, user="fix it", t=0) -> PreferencePair:
-    return PreferencePair(
+def pair(chosen: ToolCall, rejected: ToolCall, user="fix it", t=0) -> PairRecord:
+    return PairRecord(
         state_id=f"ep:{t}", messages=[{"role": "user", "content": user}], tools=TOOLS,
         chosen=chosen, rejected=rejected, n_teachers_agreeing=2,
         provenance=PairProvenance(episode_id="ep", t=t, teachers=["a", "b"], agreeing=["a", "b"]),
@@ -21,7 +23,7 @@ def test_filters_drop_by_length_words_and_special_chars():
 
 
 def test_submit_without_arguments_passes_the_defaults():
-    p = pair(ToolAction(tool_name="submit"), bash("ls -la"))
+    p = pair(ToolCall(tool_name="submit"), bash("ls -la"))
     assert normalize_pairs([p])[0] == [p]
 
 

@@ -5,9 +5,10 @@ import json
 
 import pytest
 
+from trainer_client.replay import FrozenState, GatingConfig, ReplayOptions, read_trace_files, replay
+
 from .fake_teacher import FakeTeacherServer, Reply
 from .replay_fixtures import bash, state, teachers
-from trainer_client.replay import GatingConfig, ReplayOptions, StateRecord, read_trace_files, replay
 
 
 def canon(x) -> bytes:
@@ -125,5 +126,5 @@ def test_an_unreachable_teacher_is_recorded_and_the_others_still_pair():
 
 def test_state_record_round_trips_env_json_without_changes():
     line = state(2, bash("ls")).model_dump_json()
-    rec = StateRecord.model_validate_json(line)
+    rec = FrozenState.model_validate_json(line)
     assert canon(rec.messages) == canon(json.loads(line)["messages"])

@@ -5,8 +5,8 @@
   the reflog, ORIG_HEAD and a dangling blob still hold it; the base tree also
   carries planted bytecode, type/test caches and archives of the secret code.
   Every secret contains ``MARK`` so one substring check finds any leak.
-* ``backend``: "bwrap" and "docker"; a missing bwrap or Docker engine skips, or
-  fails under CI (see tests/requirements.py).
+* ``backend``: every backend of the registry (``sandbox.backend_names()``: "bwrap" and
+  "docker"); a missing bwrap or Docker engine skips, or fails under CI (see tests/requirements.py).
 * ``harness``: opens real sessions (``async with harness.session() as sb``).
 * After every test: a fresh session must still answer ``echo ok`` and no host
   process started by the test may be left.
@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from requirements import missing
+from sandbox import backend_names
 from sbxlib import CACHE_DIR, CommandResult, Harness, SecretRepo, host_procs, make_secret_repo, wait_no_procs
 
 TEST_TIMEOUT_S = 240
@@ -58,7 +59,7 @@ def _docker_missing() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session", params=["bwrap", "docker"])
+@pytest.fixture(scope="session", params=backend_names())
 def backend(request: pytest.FixtureRequest) -> str:
     """Missing backends fail under CI / SWE_REQUIRE_<BACKEND>=1 and skip otherwise."""
     if request.param == "docker":
@@ -67,7 +68,7 @@ def backend(request: pytest.FixtureRequest) -> str:
         reason = _docker_missing()
         if reason:
             missing("docker", reason)
-    else:
+    elif request.param == "bwrap":
         request.getfixturevalue("bwrap")
     return request.param
 

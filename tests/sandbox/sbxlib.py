@@ -299,6 +299,23 @@ def host_procs(*needles: str) -> dict[int, str]:
 
 
 
+def runtime_pids() -> list[int]:
+    """Host pids of this test run's in-sandbox runtimes, whatever else runs on the host.
+
+    The runtime's own environment is empty, but the agent's shell, its child, carries
+    RUN_TOKEN: the runtimes are the shells' parents whose command line runs runtime.py.
+    """
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and RUN_TOKEN.encode() in _read(f"/proc/{entry}/environ"):
+            stat = _read(f"/proc/{entry}/stat").decode(errors="replace")
+            with contextlib.suppress(IndexError, ValueError):
+                parent = int(stat.rsplit(")", 1)[1].split()[1])
+                if b"-I\0-S\0/.swe/runtime.py" in _read(f"/proc/{parent}/cmdline"):
+                    found.add(parent)
+    return sorted(found)
+
+
 def wait_no_procs(baseline: set[int], seconds: float = 8.0, *needles: str) -> dict[int, str]:
     deadline = time.monotonic() + seconds
     while True:

@@ -6,7 +6,7 @@ import asyncio
 import os
 import time
 
-from sbxlib import DONE, assert_done, host_procs, py, sh
+from sbxlib import DONE, assert_done, host_procs, py, runtime_pids, sh
 
 from sandbox import CommandStatus, SandboxDied
 
@@ -267,15 +267,12 @@ async def test_runtime_that_stops_answering_is_declared_dead(harness, monkeypatc
     import sandbox.channel as channel
 
     monkeypatch.setattr(channel, "WATCHDOG_PERIOD_S", 0.1)
-    before = set(host_procs("/.swe/runtime.py"))
     async with harness.session() as sb:
         tried = await sb.run("kill -STOP $(ps -o ppid= -p $$)")
         if sb.info.landlock_abi >= 6:
             assert tried.status is CommandStatus.nonzero_exit and "not permitted" in tried.output, tried
             assert (await sb.run("echo alive")).output == "alive\n"
-        runtimes = [pid for pid, cmd in host_procs("/.swe/runtime.py").items()
-                    if pid not in before and "-I -S /.swe/runtime.py" in cmd
-                    and not cmd.split()[0].endswith("bwrap")]  # bwrap's own command line names it too
+        runtimes = runtime_pids()  # this session's (other sessions on the host are not this run's)
         assert len(runtimes) == 1, runtimes
         os.kill(runtimes[0], signal.SIGSTOP)
         start = time.monotonic()
@@ -290,6 +287,28 @@ async def test_runtime_that_stops_answering_is_declared_dead(harness, monkeypatc
         else:
             raise AssertionError("a dead session answered")
         os.kill(runtimes[0], signal.SIGCONT)
+
+
+async def test_a_killed_runtime_reads_as_died_once_then_raises(harness):
+    """Every backend alike: the first command after the runtime is gone comes back as sandbox_died
+    saying why, the session is no longer alive, and every later call raises SandboxDied."""
+    import signal
+
+    import pytest
+
+    async with harness.session() as sb:
+        res = await sb.run("echo up", timeout_s=-1)  # a non-positive timeout means the default one
+        assert res.ok and res.output == "up\n", res
+        runtimes = runtime_pids()
+        assert len(runtimes) == 1, runtimes
+        os.kill(runtimes[0], signal.SIGKILL)
+        res = await sb.run("echo hi")
+        assert res.status is CommandStatus.sandbox_died and res.output.startswith("[sandbox died: "), res
+        assert not sb.alive
+        with pytest.raises(SandboxDied):
+            await sb.run("echo again")
+        with pytest.raises(SandboxDied):
+            await sb.write_file("after.txt", b"x")
 
 
 async def test_swept_background_jobs_leave_no_notice_in_later_output(harness):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from env_server.taskgen.changelog import changelog_files, extract_section, find_section, version_pattern
+from task_factory.changelog import changelog_files, extract_section, find_section, version_pattern
 
 CACHETOOLS_RST = """\
 v7.2.1 (2026-10-05)

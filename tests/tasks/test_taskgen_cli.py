@@ -1,4 +1,4 @@
-"""``env-server tasks build|mine|validate`` and ``python -m env_server.taskgen``."""
+"""``task-factory build|mine|validate`` and ``python -m task_factory``."""
 
 from __future__ import annotations
 
@@ -8,23 +8,22 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from env_server.cli import build_parser
-from env_server.taskgen.cli import main
 from taskpack import PACK_DIR, build_mined_pack, build_small_pack
+
+from task_factory.cli import build_parser, main
 
 
 def test_env_server_cli_has_tasks_build_and_validate() -> None:
     parser = build_parser()
-    args = parser.parse_args(["tasks", "build", "--out", "x", "--packages", "toolz,six", "--seed", "7"])
+    args = parser.parse_args(["build", "--out", "x", "--packages", "toolz,six", "--seed", "7"])
     assert (args.out, args.packages, args.seed, args.func.__name__) == (Path("x"), ["toolz,six"], 7, "_build")
-    args = parser.parse_args(["tasks", "validate", "t.jsonl", "--backend", "docker"])
+    args = parser.parse_args(["validate", "t.jsonl", "--backend", "docker"])
     assert (args.file, args.backend, args.func.__name__) == (Path("t.jsonl"), "docker", "_validate")
     with pytest.raises(SystemExit):
-        parser.parse_args(["tasks", "validate", "t.jsonl", "--backend", "vm"])
-    args = parser.parse_args(["tasks", "build", "--out", "x", "--statement", "verbose"])
-    assert args.statement == "verbose" and parser.parse_args(["tasks", "build", "--out", "x"]).statement == "report"
-    args = parser.parse_args(["tasks", "mine", "--out", "m", "--packages", "six,idna", "--check", "bwrap",
+        parser.parse_args(["validate", "t.jsonl", "--backend", "vm"])
+    args = parser.parse_args(["build", "--out", "x", "--statement", "verbose"])
+    assert args.statement == "verbose" and parser.parse_args(["build", "--out", "x"]).statement == "report"
+    args = parser.parse_args(["mine", "--out", "m", "--packages", "six,idna", "--check", "bwrap",
                               "--max-patch-lines", "20", "--max-tasks", "3"])
     assert (args.packages, args.check, args.max_patch_lines, args.max_tasks, args.func.__name__) == \
         (["six,idna"], "bwrap", 20, 3, "_mine")
@@ -44,7 +43,7 @@ def test_mine_command_prints_the_yield_table(tmp_path: Path, capsys: pytest.Capt
 
 
 def test_module_entry_point_runs_standalone() -> None:
-    proc = subprocess.run([sys.executable, "-m", "env_server.taskgen", "--help"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "task_factory", "--help"], capture_output=True, text=True)
     assert proc.returncode == 0 and "build" in proc.stdout and "validate" in proc.stdout
 
 

@@ -13,12 +13,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from env_server.task import load_tasks
-from env_server.taskgen.changelog import find_section
-from env_server.taskgen.models import MineReport
-from env_server.taskgen.validate import host_grade, validate_file
 from taskpack import PACK_DIR, mined_pack_or_missing
+
+from task_factory.changelog import find_section
+from task_factory.models import MineReport
+from task_factory.validate import host_grade, validate_file
+from verifier.task import load_tasks
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def test_host_grading_gold_resolves_and_empty_does_not(pack: Path) -> None:
 
 
 def test_a_rebuild_is_cached(pack: Path, tmp_path: Path) -> None:
-    from env_server.taskgen.mine import mine_tasks
+    from task_factory.mine import mine_tasks
 
     again = mine_tasks(tmp_path / "again", ["six"], min_tasks=1, cache_dir=PACK_DIR / "cache")
     assert again.pytest_runs == 0 and again.duration_s < 30

@@ -16,12 +16,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from env_server.taskgen.mine import mine_tasks, release_statement, statement_leaks
-from env_server.taskgen.models import MineReport, MineSpec
-from env_server.taskgen.releasediff import restore_versions, side
-from env_server.taskgen.releases import consecutive_pairs, is_patch_release
 from taskpack import PACK_DIR
+
+from task_factory.mine import mine_tasks, release_statement, statement_leaks
+from task_factory.models import MineReport, MineSpec
+from task_factory.releasediff import restore_versions, side
+from task_factory.releases import consecutive_pairs, is_patch_release
 
 BASE_LIB = '''\
 __version__ = "{v}"
@@ -214,8 +214,8 @@ def test_pairs_prefer_patch_releases() -> None:
 
 
 def test_statement_leak_checks(mined: tuple[MineReport, Path]) -> None:
-    from env_server.taskgen.changelog import ChangelogSection
-    from env_server.taskgen.models import ReleaseSplit
+    from task_factory.changelog import ChangelogSection
+    from task_factory.models import ReleaseSplit
 
     split = ReleaseSplit(base_commit="a", later_commit="b", patch="+    return 0.0\n",
                          test_patch="+def test_mean_of_nothing():\n+    assert mean([]) == 0.0 and mean([1]) == 1.0\n",

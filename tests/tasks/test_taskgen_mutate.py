@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from env_server.taskgen.build import seeded_order
-from env_server.taskgen.mutate import OPERATORS, apply_edit, find_mutations
+from task_factory.build import seeded_order
+from task_factory.mutate import OPERATORS, apply_edit, find_mutations
 
 
 def mutants(src: str, operator: str) -> list[str]:

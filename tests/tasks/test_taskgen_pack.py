@@ -8,13 +8,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from env_server.task import load_tasks
-from env_server.taskgen import build_tasks
-from env_server.taskgen.models import BuildReport, TaskRecord
-from env_server.taskgen.statement import leaks, reveals_tests
-from env_server.taskgen.validate import host_grade, validate_file
 from taskpack import PACK_DIR, build_small_pack
+
+from task_factory import build_tasks
+from task_factory.models import BuildReport
+from task_factory.statement import leaks, reveals_tests
+from task_factory.validate import host_grade, validate_file
+from verifier.task import TaskRecord, load_tasks
 
 N = 3
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from env_server.taskgen.models import Mutation
-from env_server.taskgen.statement import (clean_message, leaks, problem_statement, reproducer, reveals_tests,
-                                          source_of_test)
+from task_factory.models import Mutation
+from task_factory.statement import clean_message, leaks, problem_statement, reproducer, reveals_tests, source_of_test
 
 MUT = Mutation(path="pkg/core.py", function="window", operator="flip_comparison", lineno=42, col=8, variant=">=")
 

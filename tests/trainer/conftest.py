@@ -29,44 +29,18 @@ def qwen_tokenizer():
 
 # ------------------------------------------------------------------ real env server + a tool-calling tiny model
 def _start_env_server(tasks, data_dir, max_sessions: int = 16):
-    """Start `env-server serve` (bwrap sandbox) on a free loopback port; (process, url)."""
-    import subprocess
-    import sys
-    import time
+    """Start `env-server serve` (bwrap sandbox) on a free loopback port, healthy; (server, url).
+    Stop it with `_stop_process(server)`."""
+    from env_client.local_server import start_env_server
 
-    import httpx
-
-    from .doubles import free_port
-
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "env_server.cli", "serve", "--tasks", str(tasks), "--port", str(port),
-         "--backend", "bwrap", "--data-dir", str(data_dir), "--max-sessions", str(max_sessions)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        if proc.poll() is not None:
-            raise RuntimeError(f"env-server exited with {proc.returncode}")
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    proc.kill()
-    raise RuntimeError("env-server did not come up")
+    server = start_env_server(tasks, backend="bwrap", data_dir=data_dir, startup_timeout_s=120,
+                              extra_args=["--max-sessions", str(max_sessions)])
+    return server, server.url
 
 
-def _stop_process(proc) -> None:
-    import subprocess
-
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+def _stop_process(server) -> None:
+    """Stop a server of `_start_env_server` (its whole process group)."""
+    server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -76,7 +50,7 @@ def small_pack_file():
     under CI / SWE_REQUIRE_TASKPACK=1 and skips otherwise; any other exception is a bug: an error."""
     from taskpack import build_small_pack  # tests/ is on sys.path (tests/conftest.py)
 
-    from env_server.taskgen.sources import TaskgenError
+    from task_factory.sources import TaskgenError
 
     try:
         return build_small_pack(3)

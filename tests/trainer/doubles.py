@@ -19,8 +19,9 @@ import json
 import threading
 from dataclasses import dataclass, field
 
-from env_server.protocol import MUX_SUBPROTOCOL
 from serverlib import free_port  # noqa: F401  (re-exported: the trainer tests' one free-port helper)
+
+from contract import MUX_SUBPROTOCOL
 
 TOOLS = ["bash", "view", "str_replace", "create", "submit"]
 

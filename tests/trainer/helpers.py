@@ -62,7 +62,7 @@ def grpo_config(out: Path, **overrides):
 def build_trainer(out: Path, env_cls, trainer_cls=None, dataset=None, **overrides):
     from datasets import Dataset
 
-    from trainer_client.model import tiny_qwen_dir
+    from trainer_client.tiny_qwen import tiny_qwen_dir
     from trainer_client.tokenizer import load_qwen_tokenizer
     from trainer_client.trainer import SweGRPOTrainer
 

@@ -1,4 +1,4 @@
-"""Issue 18 on the CPU, against real env servers on loopback (bwrap sandbox, real tasks):
+"""Capacity and the GPU path, exercised on the CPU against real env servers on loopback (bwrap sandbox, real tasks):
 
 - a full replica makes new rollouts wait (bounded, one log line per wait episode, a metric)
   instead of failing; the trainer compares the replicas' advertised capacity with its
@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
+from losses.pairs_data import write_pairs
 
 import trainer_client
-from trainer_client.config import build_grpo_config, load_config
 from env_client import ClientConfig, EnvCapacityError, mux_url
+from trainer_client.config import build_grpo_config, load_config
 from trainer_client.environment import make_environment_class
 
-from losses.pairs_data import write_pairs
 from .conftest import _start_env_server, _stop_process
 
 pytestmark = pytest.mark.slow
@@ -96,7 +96,7 @@ def test_full_replica_makes_rollouts_wait_then_succeed(server_factory, small_pac
 
 
 def test_capacity_report_says_when_replicas_are_short():
-    from trainer_client.cli import capacity_report
+    from trainer_client.run import capacity_report
 
     grpo = build_grpo_config(load_config(SMOKE, ["data.instance_ids=[t]", "grpo.per_device_train_batch_size=4",
                                                  "grpo.num_generations=4"]))
@@ -116,8 +116,8 @@ def test_one_step_train_with_lora_channels_tensorboard_and_capacity_wait(server_
     import torch
     from safetensors.torch import load_file
 
-    from trainer_client.cli import train
-    from trainer_client.model import tiny_qwen_dir
+    from trainer_client.run import train
+    from trainer_client.tiny_qwen import tiny_qwen_dir
 
     url = server_factory(2)
     iid = _ids(small_pack_file)[0]

@@ -17,7 +17,7 @@ def fused_model():
     from transformers import AutoModelForCausalLM
     from trl.trainer.utils import add_fused_lm_head
 
-    from trainer_client.model import tiny_qwen_dir
+    from trainer_client.tiny_qwen import tiny_qwen_dir
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(str(tiny_qwen_dir()), dtype=torch.float32)

@@ -61,6 +61,16 @@ def test_dry_run(capsys, tmp_path):
     assert "GRPOConfig ok" in capsys.readouterr().out
 
 
+def test_a_run_without_env_server_is_a_setup_error(capsys):
+    """The library raises a typed error; the CLI prints it on one line and exits 1."""
+    from trainer_client.run import RunSetupError, train
+
+    with pytest.raises(RunSetupError, match="no env server"):
+        train(load_config(CONFIGS / "cpu_smoke.yaml", ["data.instance_ids=[t1]"]))
+    assert main(["train", "--config", str(CONFIGS / "cpu_smoke.yaml"), "--set", "data.instance_ids=[t1]"]) == 1
+    assert "trainer-client train: error: no env server" in capsys.readouterr().err
+
+
 def test_gpu_config_validates_or_skips():
     """Constructing the GPU config needs a CUDA device (bf16, vLLM); skipped cleanly without one."""
     cfg = load_config(CONFIGS / "gpu_qwen.yaml", ["data.instance_ids=[t]"])

@@ -77,8 +77,8 @@ def test_hack_keys_lead_the_stdout_line(tmp_path, capsys):
 def test_real_grader_tampering_reaches_the_environment(tmp_path):
     """A six.py forging a passing report for every test it can name, then ending the test process
     with exit 0, is caught by the real grader (its canaries are among the names); the env class keeps it."""
-    from env_server.demo_task import demo_tasks_file
-    from env_server.task import load_tasks
+    from task_factory.demo_task import demo_tasks_file
+    from verifier.task import load_tasks
 
     from .conftest import _start_env_server, _stop_process
 

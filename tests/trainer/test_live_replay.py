@@ -53,8 +53,8 @@ def run_config(server, small_pack_file, toolcaller, out: Path, teachers: Path, s
 
 def test_train_with_the_loop_on_feeds_channel3_and_resume_restores_it(server, small_pack_file, toolcaller,
                                                                       tmp_path):
-    from trainer_client.cli import train
-    from trainer_client.losses.replay import ReferenceLogps
+    from trainer_client.losses.pair_preference import ReferenceLogps
+    from trainer_client.run import train
     from trainer_client.trainer import load_initial_policy
 
     out = tmp_path / "run"

@@ -31,14 +31,14 @@ PER_DEVICE = 2  # cpu_smoke.yaml's per_device_train_batch_size
 @pytest.fixture(scope="module")
 def replicas(bwrap, small_pack_file, tmp_path_factory):
     servers = [_start_env_server(small_pack_file, tmp_path_factory.mktemp(f"env-{k}")) for k in "ab"]
-    yield [(url, Path(proc.args[proc.args.index("--data-dir") + 1])) for proc, url in servers]
+    yield [(url, Path(proc.argv[proc.argv.index("--data-dir") + 1])) for proc, url in servers]
     for proc, _ in servers:
         _stop_process(proc)
 
 
 @pytest.fixture(scope="module")
 def pairs_file(tmp_path_factory):
-    from env_server.protocol import PairProvenance, PairRecord, ToolCall
+    from trainer_client.pair_records import PairProvenance, PairRecord, ToolCall
 
     path = tmp_path_factory.mktemp("pairs") / "pairs.jsonl"
     records = [PairRecord(state_id=f"ep{i}:1", messages=[{"role": "user", "content": f"Fix the bug {i}."}], tools=[],
@@ -70,7 +70,7 @@ def _initial_digest() -> str:
     from transformers import AutoModelForCausalLM
 
     from trainer_client.distributed import parameters_digest
-    from trainer_client.model import tiny_qwen_dir
+    from trainer_client.tiny_qwen import tiny_qwen_dir
 
     return parameters_digest(AutoModelForCausalLM.from_pretrained(str(tiny_qwen_dir())))[0]
 

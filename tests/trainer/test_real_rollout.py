@@ -1,7 +1,7 @@
 """Real multi-turn GRPO rollouts on the CPU: real TRL, a tiny model that calls tools (SFT'd, see
 toolcaller.py), the real env server with the bwrap sandbox and real tasks on loopback.
 
-Covers issue 5's tests: token ids preserved across turns (no re-tokenization drift) with
+Covers: token ids preserved across turns (no re-tokenization drift) with
 tool_mask zeroing exactly the tool-output tokens; error-site markers in the per-turn record
 and in `inputs["error_sites"]`; a hidden-test reward flowing into GRPO advantages; and a
 learning signal (the rewarded behaviour's probability rises over a few dozen GRPO steps).

@@ -118,7 +118,7 @@ def train_toolcaller(episodes: dict[str, Episode], base_dir: Path, out_dir: Path
 
 def toolcaller_dir(episodes: dict[str, Episode], cache_root: Path | None = None) -> Path:
     """Directory of the fine-tuned model for these episodes (trained once, then reused)."""
-    from trainer_client.model import tiny_qwen_dir
+    from trainer_client.tiny_qwen import tiny_qwen_dir
     from trainer_client.tokenizer import default_cache_dir
 
     base = tiny_qwen_dir()

@@ -14,8 +14,8 @@ import torch
 
 from .config import LossConfig
 from .hints import HintSource
+from .pair_preference import ReferenceLogps, pair_preference_loss
 from .pairs import EncodedPair
-from .replay import ReferenceLogps, replay_loss
 from .sdpo import sdpo_loss
 from .teacher_context import HintRenderer
 
@@ -27,7 +27,7 @@ class ChannelOutputs:
     total: torch.Tensor
     grpo: torch.Tensor
     sdpo: torch.Tensor  # unweighted channel-2 value (0 when off)
-    replay: torch.Tensor  # unweighted channel-3 value (0 when off)
+    replay: torch.Tensor  # unweighted channel-3 value (0 when off), logged as channels/replay
     alpha: float  # effective (scheduled) weights used this step
     beta: float
     n_error_sites: int = 0
@@ -100,7 +100,7 @@ def compute_channels(
         if s.n_tokens:
             total = total + alpha * s.loss / gradient_accumulation_steps
     if beta > 0 and pairs:
-        r = replay_loss(model, pairs, config, reference=reference, pad_token_id=pad_token_id)
+        r = pair_preference_loss(model, pairs, config, reference=reference, pad_token_id=pad_token_id)
         out.replay, out.n_pairs, out.pref_margin = r.loss, r.n_pairs, float(r.margin)
         total = total + beta * r.loss / gradient_accumulation_steps
     out.total = total

@@ -15,12 +15,12 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 
 import yaml
 
-from env_server.protocol import ErrorKind
+from contract import ErrorKind
 
 __all__ = ["ERROR_KINDS", "ErrorSite", "HintSource", "TemplateHintSource", "load_hint_source"]
 
 ERROR_KINDS: tuple[str, ...] = tuple(kind.value for kind in ErrorKind)
-"""The error kinds the env emits (the contract's closed set, env_server/protocol.py)."""
+"""The error kinds the env emits (the contract's closed set, contract/errors.py)."""
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ from .compose import ChannelOutputs, compute_channels, has_error_sites
 from .config import LossConfig
 from .hints import HintSource, load_hint_source
 from .model_io import capture_final_hidden, is_peft_model
+from .pair_preference import ReferenceLogps
 from .pairs import EncodedPair, PairSampler, PreferencePair, encode_pair, load_pair_records
-from .replay import ReferenceLogps
 from .taid import TAIDScheduler
 from .teacher_context import HintRenderer
 
@@ -172,9 +172,9 @@ class ChannelState:
 class ThreeChannelLossMixin:
     """Mix in before GRPOTrainer; reads `self.loss_config` (default: LossConfig()).
 
-    `self.live_replay` (a trainer_client.replay.live.LiveReplay on the main process, None elsewhere)
-    feeds channel 3 during the run when `self.live_pairs` is set on every rank: before each loss the
-    main process drains it and every rank adds the same new pairs. `channels.pt` in each checkpoint
+    `self.live_replay` (a trainer_client.replay.during_training.LiveReplay on the main process, None
+    elsewhere) feeds channel 3 during the run when `self.live_pairs` is set on every rank: before each
+    loss the main process drains it and every rank adds the same new pairs. `channels.pt` in each checkpoint
     holds the loss state (and the loop's), restored by `train(resume_from_checkpoint=...)`.
     """
 

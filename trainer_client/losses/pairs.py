@@ -1,6 +1,6 @@
 """Replayed preference pairs: the JSONL records, their chat-template rendering, a sampler.
 
-A record (the contract's ``PairRecord``, env_server/protocol.py; written by `trainer-client replay`):
+A record (the contract's ``PairRecord``, contract.py; written by `trainer-client replay`):
   {"state_id", "messages": [chat], "tools": [OpenAI function schemas],
    "chosen": {"tool_name", "arguments"}, "rejected": {...}, "n_teachers_agreeing",
    "provenance": {...}}
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from env_server.protocol import PairRecord
+from trainer_client.pair_records import PairRecord
 
 __all__ = ["EncodedPair", "PairSampler", "PreferencePair", "ToolAction", "collate_pairs", "encode_pair", "load_pair_records",
            "load_pairs"]

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainer_client.pair_records import ToolCall
+
 from .canonical import CanonicalizerConfig, canonical_key
-from .models import ToolAction
 
 
 class AgreementRule(BaseModel):
@@ -32,7 +33,7 @@ class AgreementRule(BaseModel):
 class Verdict:
     """The outcome for one state: `chosen` is None when there is no pair."""
 
-    chosen: ToolAction | None
+    chosen: ToolCall | None
     agreeing: tuple[str, ...]
     reason: str
     """pair, no_student_action, no_answers, no_consensus, tie, agrees_with_student, student_supported;
@@ -42,8 +43,8 @@ class Verdict:
 
 
 def decide(
-    student: ToolAction | None,
-    answers: dict[str, ToolAction],
+    student: ToolCall | None,
+    answers: dict[str, ToolCall],
     rule: AgreementRule,
     canon: CanonicalizerConfig | None = None,
 ) -> Verdict:

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .models import ToolAction
+from trainer_client.pair_records import ToolCall
 
 
 class CanonicalizerConfig(BaseModel):
@@ -83,7 +83,7 @@ def _normalize_args(args: dict[str, Any], cfg: CanonicalizerConfig) -> dict[str,
     return {k: _normalize_value(k, v, cfg) for k, v in args.items() if v is not None}
 
 
-def canonical_key(action: ToolAction, cfg: CanonicalizerConfig | None = None) -> str:
+def canonical_key(action: ToolCall, cfg: CanonicalizerConfig | None = None) -> str:
     """A string equal for equivalent actions: tool name plus normalized, key-sorted arguments."""
     cfg = cfg or CanonicalizerConfig()
     args = _normalize_args(action.arguments, cfg)

@@ -18,10 +18,10 @@ from .agreement import AgreementRule
 from .config import ReplayConfigError, TeachersFile, load_teachers
 from .gating import GatingConfig
 from .local import SERVE_PRESETS, LocalServeOptions, LocalTeachers, parse_local_teacher
-from .models import StateRecord
+from .models import FrozenState
 from .normalize import NormalizeConfig
-from .replay import ReplayOptions, ReplayResult, replay
-from .traces import TraceError, env_client, fetch_trace, read_trace_files
+from .pair_mining import ReplayOptions, ReplayResult, replay
+from .traces import TraceReadError, env_client, fetch_trace, read_trace_files
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -72,7 +72,7 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> argparse.Argument
     return p
 
 
-async def _load_states(args: argparse.Namespace) -> list[StateRecord]:
+async def _load_states(args: argparse.Namespace) -> list[FrozenState]:
     states = read_trace_files(args.traces)
     if args.episode:
         if not args.env_url:
@@ -116,7 +116,7 @@ def _run_local(args: argparse.Namespace) -> ReplayResult:
         return asyncio.run(_replay(args, states, local.teachers))
 
 
-async def _replay(args: argparse.Namespace, states: list[StateRecord], teachers: TeachersFile) -> ReplayResult:
+async def _replay(args: argparse.Namespace, states: list[FrozenState], teachers: TeachersFile) -> ReplayResult:
     opts = ReplayOptions(
         max_total_usd=args.max_usd,
         gating=GatingConfig(mode=args.gate, entropy_threshold=args.entropy_threshold),
@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         result = _run_local(args) if args.local_teacher else asyncio.run(_run(args))
-    except (ReplayConfigError, TraceError, EnvAuthError, httpx.HTTPError, OSError) as exc:
+    except (ReplayConfigError, TraceReadError, EnvAuthError, httpx.HTTPError, OSError) as exc:
         print(f"replay: error: {exc}", file=sys.stderr)
         return 2
     _write_jsonl(args.out, result.pairs)

@@ -13,14 +13,16 @@ from typing import Any
 
 import httpx
 
+from trainer_client.pair_records import ToolCall
+
 from .budget import Budget, actual_cost, estimate_prompt_tokens, worst_case_cost
 from .config import RetryConfig, TeacherConfig
-from .models import CallRecord, StateRecord, ToolAction
+from .models import CallRecord, FrozenState
 
 log = logging.getLogger(__name__)
 
 
-def build_request(cfg: TeacherConfig, state: StateRecord) -> dict[str, Any]:
+def build_request(cfg: TeacherConfig, state: FrozenState) -> dict[str, Any]:
     """The chat-completions body: state(t)'s messages and tools exactly as the student saw them."""
     body: dict[str, Any] = {"model": cfg.model, "messages": state.messages, "max_tokens": cfg.max_tokens}
     if state.tools:
@@ -48,7 +50,7 @@ class _Malformed(Exception):
         self.kind, self.detail = kind, detail
 
 
-def parse_tool_call(data: Any, allowed: set[str]) -> ToolAction:
+def parse_tool_call(data: Any, allowed: set[str]) -> ToolCall:
     """The first tool call of an OpenAI-style response, or _Malformed saying why not."""
     try:
         message = data["choices"][0]["message"]
@@ -71,7 +73,7 @@ def parse_tool_call(data: Any, allowed: set[str]) -> ToolAction:
         raise _Malformed("bad_arguments", f"arguments are not JSON: {exc}") from None
     if not isinstance(args, dict):
         raise _Malformed("bad_arguments", f"arguments are not an object: {type(args).__name__}")
-    return ToolAction(tool_name=name, arguments=args)
+    return ToolCall(tool_name=name, arguments=args)
 
 
 def retry_after_seconds(value: str | None) -> float | None:
@@ -97,7 +99,7 @@ class _Attempt:
     retryable: bool
     error: str | None = None
     detail: str | None = None
-    action: ToolAction | None = None
+    action: ToolCall | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
     estimated: bool = False
@@ -125,7 +127,7 @@ class TeacherClient:
     def _redact(self, text: str) -> str:
         return text.replace(self._key, "***") if self._key else text
 
-    async def ask(self, state: StateRecord) -> CallRecord:
+    async def ask(self, state: FrozenState) -> CallRecord:
         """Query the teacher for state(t)'s next action; failures come back as data."""
         start = time.monotonic()
         body = json.dumps(build_request(self.cfg, state), ensure_ascii=False).encode("utf-8")

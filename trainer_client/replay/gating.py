@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from .models import StateRecord
+from .models import FrozenState
 
 
 class GatingConfig(BaseModel):
@@ -27,7 +27,7 @@ class GatingConfig(BaseModel):
     entropy_key: str = "student_entropy"
 
 
-def step_entropy(state: StateRecord, key: str) -> float | None:
+def step_entropy(state: FrozenState, key: str) -> float | None:
     extra = state.model_extra or {}
     for meta in (extra.get("metadata"), state.obs_metadata):
         if isinstance(meta, dict) and isinstance(meta.get(key), (int, float)):
@@ -35,11 +35,11 @@ def step_entropy(state: StateRecord, key: str) -> float | None:
     return None
 
 
-def is_error_site(state: StateRecord) -> bool:
+def is_error_site(state: FrozenState) -> bool:
     return bool(state.obs_metadata.get("error_kind"))
 
 
-def select(state: StateRecord, cfg: GatingConfig) -> bool:
+def select(state: FrozenState, cfg: GatingConfig) -> bool:
     """True when the teachers should be asked about this step."""
     if state.next_action is None:
         return False

@@ -3,8 +3,8 @@
 Runs without API keys (the demo, CI) replay to N local models instead of paid APIs: for
 every checkpoint this module starts one server process (by default `transformers serve`,
 pinned to that one model, on the CPU), waits until it answers `/health`, and returns a
-`TeachersFile` (price 0, no API key) that the unchanged `TeacherClient` / `replay()` call
-over real HTTP, exactly like a remote provider. Stopping kills each server's process group.
+`TeachersFile` (price 0, no API key) that `TeacherClient` / `replay()` call over real HTTP,
+exactly like a remote provider (no code path of their own, so the demo tests the real one). Stopping kills each server's process group.
 
     with LocalTeachers(["runs/warm-a", "runs/warm-b"]) as local:
         result = await replay(states, local.teachers)
@@ -44,8 +44,6 @@ import contextlib
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -57,6 +55,9 @@ from typing import Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
+
+from env_client.processes import (StartupError, free_port, log_tail, probe_health, start_process,
+                                  stop_process_groups)
 
 from .config import ReplayConfigError, RetryConfig, TeacherConfig, TeachersFile
 
@@ -155,7 +156,6 @@ class LocalServer:
     """Tokenizer files the served copy got on top of the checkpoint's."""
     attempts: int = 0
     stopped: bool = False
-    _log: object | None = None
 
     @property
     def origin(self) -> str:
@@ -243,50 +243,6 @@ def stage_checkpoint(checkpoint: str | Path, dest: str | Path, tokenizer: str | 
     return names
 
 
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def _log_tail(path: Path, lines: int = 25) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 65536))
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return "(no log)"
-    rows = [r.rstrip() for r in re.split(r"[\r\n]+", text) if r.strip()]
-    return "\n".join(rows[-lines:]) or "(empty log)"
-
-
-def _kill_group(proc: subprocess.Popen, sig: int) -> None:
-    """Signal the process group of `proc` (its own session), unless `proc` was reaped already:
-    then its pid, which is the group id, may belong to someone else by now."""
-    if proc.returncode is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
-
-
-def _leader_exited(proc: subprocess.Popen) -> bool:
-    """Whether `proc` has exited, without reaping it (a zombie keeps its pid reserved)."""
-    if proc.returncode is not None:
-        return True
-    try:
-        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True
-
-
-def _reap(proc: subprocess.Popen) -> int | None:
-    """SIGKILL whatever is left of the group, then reap the leader; its exit code."""
-    _kill_group(proc, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(10)
-    return proc.returncode
-
-
 # ------------------------------------------------------------------------------- the servers
 class LocalTeachers:
     """Start one server per checkpoint; `teachers` is their TeachersFile. A context manager:
@@ -352,24 +308,15 @@ class LocalTeachers:
         return self._teachers
 
     def stop(self) -> None:
-        """Stop every server: SIGTERM to its process group, SIGKILL to the group after
-        stop_timeout_s (or at once when the leader is gone: children such as vLLM's engine).
-        The leader is reaped last, so its pid (the group id) cannot be reused meanwhile."""
+        """Stop every server (env_client.processes.stop_process_groups): SIGTERM to each process
+        group, SIGKILL to what is left of them (children such as vLLM's engine) once every leader
+        is gone or after stop_timeout_s. Leaders are reaped last, so their pids (the group ids)
+        cannot be reused meanwhile."""
         atexit.unregister(self.stop)
         live = [s for s in self.servers if s.proc is not None and not s.stopped]
+        stop_process_groups([s.proc for s in live], self.options.stop_timeout_s)
         for s in live:
-            if s.proc.returncode is None:
-                _kill_group(s.proc, signal.SIGTERM)
-        deadline = time.monotonic() + self.options.stop_timeout_s
-        for s in live:
-            while not _leader_exited(s.proc) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            _reap(s.proc)
             s.stopped = True
-        for s in self.servers:
-            if s._log is not None:
-                s._log.close()
-                s._log = None
         self._teachers = None
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -414,19 +361,13 @@ class LocalTeachers:
         return env
 
     def _launch(self, server: LocalServer) -> None:
-        server.port = _free_port(server.host)
+        server.port = free_port(server.host)
         server.command = self._command(server)
         server.attempts += 1
-        if server._log is not None:
-            server._log.close()
-        server._log = open(server.log_path, "ab")
-        server._log.write(f"$ {' '.join(server.command)}\n".encode())
-        server._log.flush()
         server.started_at = time.monotonic()
         try:
-            server.proc = subprocess.Popen(
-                server.command, cwd=self.workdir, env=self._env(), stdin=subprocess.DEVNULL,
-                stdout=server._log, stderr=subprocess.STDOUT, start_new_session=True)
+            server.proc = start_process(server.command, server.log_path, env=self._env(), cwd=self.workdir,
+                                        header=f"$ {' '.join(server.command)}\n")
         except OSError as exc:
             raise LocalTeacherError(f"local teacher {server.name!r}: cannot run {server.command[0]!r}: {exc}") from exc
 
@@ -434,7 +375,8 @@ class LocalTeachers:
         where = f" (log: {server.log_path})" if self.options.log_dir else ""
         return LocalTeacherError(
             f"local teacher {server.name!r} ({server.checkpoint}) {why}{where}\n"
-            f"command: {' '.join(server.command)}\n--- last lines of its log ---\n{_log_tail(server.log_path)}")
+            f"command: {' '.join(server.command)}\n--- last lines of its log ---\n"
+            f"{log_tail(server.log_path) or '(empty log)'}")
 
     def _wait_healthy(self) -> None:
         pending = list(self.servers)
@@ -442,18 +384,16 @@ class LocalTeachers:
         with httpx.Client(timeout=2.0, trust_env=False) as http:
             while pending:
                 for server in list(pending):
-                    if _leader_exited(server.proc):
-                        code = _reap(server.proc)
-                        if _PORT_IN_USE.search(_log_tail(server.log_path, 5)) and \
+                    try:  # one readiness check each: a server that exited is reaped and raises
+                        ok = probe_health(http, server.origin, server.proc, self.options.health_path)
+                    except StartupError as exc:
+                        if _PORT_IN_USE.search(log_tail(server.log_path, 5)) and \
                                 server.attempts <= self.options.port_retries:
                             self._launch(server)  # the port was taken after we picked it
                             continue
-                        raise self._failure(server, f"exited with code {code} before it was healthy")
-                    try:
-                        ok = http.get(server.origin + self.options.health_path).status_code == 200
-                    except httpx.HTTPError:
-                        ok = False
-                    if ok and not _leader_exited(server.proc):
+                        why = f"exited with code {exc.returncode} before it was healthy"
+                        raise self._failure(server, why) from None
+                    if ok:
                         server.startup_s = time.monotonic() - server.started_at
                         pending.remove(server)
                 if pending:

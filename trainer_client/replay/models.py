@@ -1,25 +1,30 @@
-"""Typed records at the replay boundaries: trace states in, call records and pairs out."""
+"""Typed records of teacher replay: frozen states in, teacher calls and per-state outcomes out.
+
+The actions and the pairs are the contract's own records (`contract.ToolCall`,
+`contract.PairRecord`), one definition for the env server and the trainer.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from env_server.protocol import PairProvenance, PairRecord, ToolCall
+from trainer_client.pair_records import ToolCall
 
-__all__ = ["CallRecord", "PairProvenance", "PreferencePair", "StateRecord", "ToolAction"]
+from .agreement import Verdict
 
-
-#: the contract's records (env_server/protocol.py): one definition for the env and the trainer
-ToolAction = ToolCall
+__all__ = ["CallRecord", "FrozenState", "StepResult"]
 
 
-class StateRecord(BaseModel):
-    """state(t) of one episode, as the env server exports it.
+class FrozenState(BaseModel):
+    """state(t) of one finished episode, read back from its trace to be shown to the teachers.
 
-    `messages` and `tools` stay plain JSON values so that what the teacher receives
-    is exactly what the student saw (no defaults added, no keys reordered).
+    The env server exports it as a `contract.StateRecord`; this reading of it is deliberately
+    loose: `messages` and `tools` stay plain JSON values, so that what the teacher receives is
+    exactly what the student saw (no defaults added, no keys reordered), and unknown fields are
+    kept.
     """
 
     model_config = ConfigDict(extra="allow")
@@ -31,7 +36,7 @@ class StateRecord(BaseModel):
     tools: list[dict[str, Any]] = Field(default_factory=list)
     observation: dict[str, Any] = Field(default_factory=dict)
     diff: str | None = ""
-    next_action: ToolAction | None = None
+    next_action: ToolCall | None = None
 
     @property
     def state_id(self) -> str:
@@ -52,7 +57,7 @@ class CallRecord(BaseModel):
     model: str
     state_id: str
     ok: bool
-    action: ToolAction | None = None
+    action: ToolCall | None = None
     error: str | None = None
     """None on success; else a kind: budget_exhausted, http_429, http_5xx, http_4xx,
     timeout, transport, malformed_json, no_tool_call, bad_arguments, unknown_tool."""
@@ -71,4 +76,11 @@ class CallRecord(BaseModel):
     """True when some attempt was charged its worst case (no usage reported, or unknown outcome)."""
 
 
-PreferencePair = PairRecord
+@dataclass
+class StepResult:
+    """What replay did with one frozen state: gated out or queried, the teachers' calls, the verdict."""
+
+    state: FrozenState
+    queried: bool
+    calls: list[CallRecord] = field(default_factory=list)
+    verdict: Verdict | None = None

@@ -14,8 +14,9 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainer_client.pair_records import PairRecord, ToolCall
+
 from .canonical import CanonicalizerConfig, canonical_key
-from .models import PreferencePair, ToolAction
 
 
 class NormalizeConfig(BaseModel):
@@ -34,7 +35,7 @@ class NormalizeConfig(BaseModel):
     (e.g. the shared first steps of a GRPO group's rollouts)."""
 
 
-def action_text(action: ToolAction) -> str:
+def action_text(action: ToolCall) -> str:
     """The action as the text the filters measure: tool name, then each argument value."""
     parts = [action.tool_name]
     for key in sorted(action.arguments):
@@ -60,19 +61,19 @@ def _reject_reason(text: str, cfg: NormalizeConfig) -> str | None:
     return None
 
 
-def pair_fingerprint(pair: PreferencePair, canon: CanonicalizerConfig | None = None) -> str:
+def pair_fingerprint(pair: PairRecord, canon: CanonicalizerConfig | None = None) -> str:
     ctx = json.dumps([pair.messages, pair.tools], sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     key = "\0".join((ctx, canonical_key(pair.chosen, canon), canonical_key(pair.rejected, canon)))
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
 def normalize_pairs(
-    pairs: Iterable[PreferencePair], cfg: NormalizeConfig | None = None,
+    pairs: Iterable[PairRecord], cfg: NormalizeConfig | None = None,
     canon: CanonicalizerConfig | None = None,
-) -> tuple[list[PreferencePair], Counter[str]]:
+) -> tuple[list[PairRecord], Counter[str]]:
     """Kept pairs (input order) and a count of dropped pairs by reason."""
     cfg = cfg or NormalizeConfig()
-    kept: list[PreferencePair] = []
+    kept: list[PairRecord] = []
     dropped: Counter[str] = Counter()
     seen: set[str] = set()
     for pair in pairs:

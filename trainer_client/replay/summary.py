@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
+from trainer_client.pair_records import PairRecord
+
 from .budget import Budget, estimate_prompt_tokens
 from .config import TeacherConfig, TeachersFile
-from .models import CallRecord, PreferencePair
-
-if TYPE_CHECKING:
-    from .replay import StepResult
+from .models import CallRecord, StepResult
 
 
 class TeacherStats(BaseModel):
@@ -125,7 +123,7 @@ def _gating_savings(cfg: TeacherConfig, calls: list[CallRecord], skipped: list[i
 
 
 def summarize(steps: list[StepResult], teachers: TeachersFile, budget: Budget,
-              raw: list[PreferencePair], kept: list[PreferencePair], dropped: Counter[str],
+              raw: list[PairRecord], kept: list[PairRecord], dropped: Counter[str],
               gated_out_prompt_bounds: list[int], wall_s: float) -> ReplaySummary:
     calls = [c for s in steps for c in s.calls]
     bound = {s.state.state_id: estimate_prompt_tokens(s.state.messages, s.state.tools) for s in steps if s.queried}

@@ -17,10 +17,11 @@ from collections.abc import Callable
 
 from env_client import ClientConfig, EnvClientError, MuxConnection, RemoteSession
 from env_client.urls import http_base
+from trainer_client.pair_records import ToolCall
 
 from .agreement import Verdict
 from .canonical import CanonicalizerConfig, canonical_key
-from .models import StateRecord, ToolAction
+from .models import FrozenState
 
 __all__ = ["ForkVerifier"]
 
@@ -52,7 +53,7 @@ class ForkVerifier:
             self._connections[base] = MuxConnection(base, self.config)
         return self._connections[base]
 
-    async def run_in_fork(self, state: StateRecord, action: ToolAction) -> tuple[float, str]:
+    async def run_in_fork(self, state: FrozenState, action: ToolCall) -> tuple[float, str]:
         """(hidden-test reward, fork episode id) after `action` in a fork of state's episode at t."""
         if self._gate is None:
             self._gate = asyncio.Semaphore(self._max_parallel)
@@ -73,12 +74,12 @@ class ForkVerifier:
             finally:
                 await session.close()
 
-    async def __call__(self, state: StateRecord, answers: dict[str, ToolAction]) -> Verdict:
+    async def __call__(self, state: FrozenState, answers: dict[str, ToolCall]) -> Verdict:
         if state.next_action is None:
             return Verdict(None, (), "no_student_action")
         # one fork per distinct action (teachers that agree share it; the student's too)
         actors: dict[str, list[str]] = {}
-        actions: dict[str, ToolAction] = {}
+        actions: dict[str, ToolCall] = {}
         for name, action in [(STUDENT, state.next_action), *answers.items()]:
             key = canonical_key(action, self.canon)
             actors.setdefault(key, []).append(name)

@@ -1,0 +1,342 @@
+"""``build_tasks``: synthesize validated bug-fix tasks (``source: synthetic-mutation``) from pinned PyPI sdists.
+
+Per package: unpack the sdist as a git repo (clean commit), build its test venv,
+run its suite twice (stable passing tests), then try seeded mutations one at a
+time. A mutation becomes a task when, over two runs, some stable tests fail
+(FAIL_TO_PASS) while the other tests of their files pass (PASS_TO_PASS), and the
+gold patch (bug commit -> clean commit) applied with ``git apply`` makes them all
+pass. Every pytest verdict is cached, so a rebuild only replays git work.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import math
+import os
+import random
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from verifier.task import TaskRecord
+
+from . import gitrepo
+from .envs import cached_env, install_env, requirements
+from .models import BuildReport, CandidateVerdict, Mutation, PackageReport, PackageSpec, RunResult, TaskProvenance
+from .mutate import Edit, apply_edit, find_mutations, parses
+from .packages import resolve_packages
+from .runner import PytestRunner
+from .sources import TaskgenError, pristine_tree
+from .statement import Style, leaks, problem_statement, reveals_tests
+
+DEFAULT_MIN_TASKS = 30
+DEFAULT_TASKS_PER_PACKAGE = 6
+MAX_FAIL_TO_PASS = 25
+MAX_PASS_TO_PASS = 120
+ATTEMPTS_PER_TASK = 8
+# Bump when the way verdicts are computed changes: it invalidates cached verdicts.
+VERDICT_VERSION = "4"
+# Bump when the same inputs would give different tasks (ordering, statements, ids).
+BUILDER_VERSION = "8"
+# Node ids that pass unchanged through a shell command line and JUnit XML.
+_SAFE_NODEID = re.compile(r"^[\x21-\x7e]+$")
+_UNSAFE_CHARS = set("\\'\"`$;&|<>")
+
+Log = Callable[[str], None]
+
+
+def default_cache_dir() -> Path:
+    """$SWE_OPENENV_TASKGEN_CACHE, else ``~/.cache/swe-openenv/taskgen``."""
+    env = os.environ.get("SWE_OPENENV_TASKGEN_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "swe-openenv" / "taskgen"
+
+
+def build_tasks(out_dir: str | Path, packages: list[str] | None = None, seed: int = 0,
+                max_tasks: int | None = None, min_tasks: int | None = None, *,
+                tasks_per_package: int | None = None, cache_dir: str | Path | None = None,
+                log: Log | None = None, statement_style: Style = "report") -> BuildReport:
+    """Build tasks into ``out_dir`` (tasks.jsonl, repos/, envs/, build_report.json).
+
+    ``max_tasks`` caps the total (spread evenly over the packages);
+    ``min_tasks`` (default: 30, or ``max_tasks`` when smaller) decides ``report.ok``;
+    ``statement_style``: ``report`` (a user's bug report) or ``verbose`` (test id, source, error).
+    """
+    start = time.monotonic()
+    out = Path(out_dir).resolve()
+    cache = Path(cache_dir).resolve() if cache_dir else default_cache_dir()
+    specs = resolve_packages(packages)
+    if max_tasks is not None and max_tasks < 1:
+        raise ValueError("max_tasks must be >= 1")
+    quota = tasks_per_package or (math.ceil(max_tasks / len(specs)) if max_tasks else DEFAULT_TASKS_PER_PACKAGE)
+    if min_tasks is None:
+        min_tasks = min(DEFAULT_MIN_TASKS, max_tasks or DEFAULT_MIN_TASKS)
+    say = log or (lambda _msg: None)
+    out.mkdir(parents=True, exist_ok=True)
+
+    tasks: list[TaskRecord] = []
+    provenance: list[TaskProvenance] = []
+    reports: list[PackageReport] = []
+    runs = 0
+    for spec in specs:
+        left = quota if max_tasks is None else min(quota, max_tasks - len(tasks))
+        report = PackageReport(package=spec.key)
+        reports.append(report)
+        if left <= 0:
+            continue
+        builder = _PackageBuilder(spec, out, cache, seed, say, statement_style)
+        try:
+            for record, prov in builder.build(left, report):
+                tasks.append(record)
+                provenance.append(prov)
+        except TaskgenError as exc:
+            report.error = str(exc)
+            say(f"[{spec.key}] error: {exc}")
+        runs += builder.runs
+
+    tasks_file = out / "tasks.jsonl"
+    tmp = tasks_file.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(t.model_dump_json() + "\n" for t in tasks))
+    tmp.replace(tasks_file)
+    result = BuildReport(builder_version=BUILDER_VERSION, out_dir=str(out), tasks_file=str(tasks_file), seed=seed,
+                         statement_style=statement_style,
+                         n_tasks=len(tasks),
+                         min_tasks=min_tasks, packages=reports, provenance=provenance,
+                         duration_s=round(time.monotonic() - start, 2), pytest_runs=runs)
+    (out / "build_report.json").write_text(result.model_dump_json(indent=2) + "\n")
+    return result
+
+
+class _PackageBuilder:
+    """Builds the tasks of one package (one repo, one venv, one cache folder)."""
+
+    def __init__(self, spec: PackageSpec, out: Path, cache: Path, seed: int, say: Log,
+                 statement_style: Style = "report") -> None:
+        self.spec, self.out, self.cache, self.seed, self.say = spec, out, cache, seed, say
+        self.statement_style = statement_style
+        self.results = cache / "results" / spec.key
+        self.runner: PytestRunner | None = None
+
+    @property
+    def runs(self) -> int:
+        return self.runner.runs if self.runner else 0
+
+    def log(self, msg: str) -> None:
+        self.say(f"[{self.spec.key}] {msg}")
+
+    # -- setup -----------------------------------------------------------------------------
+    def build(self, quota: int, report: PackageReport):
+        spec = self.spec
+        pristine = pristine_tree(spec, self.cache)
+        install_env(spec, self.cache, self.out / "envs" / spec.key)
+        self.runner = PytestRunner(cached_env(spec, self.cache), self.cache / "plugin", spec.import_root,
+                                   spec.test_paths)
+        self.repo = self.out / "repos" / spec.key
+        self.clean = gitrepo.init_clean(pristine, self.repo, f"Import {spec.name} {spec.version} from its sdist")
+        self.work = self.cache / "work" / spec.key
+        work_clean = gitrepo.init_clean(pristine, self.work, f"Import {spec.name} {spec.version} from its sdist")
+        if work_clean != self.clean:
+            raise TaskgenError("work tree and repository disagree on the clean commit")
+        self.fingerprint = hashlib.sha256(
+            json.dumps([VERDICT_VERSION, self.clean, requirements(spec), str(self.runner.env.name)]).encode()
+        ).hexdigest()[:16]
+        stable, duration = self.baseline()
+        report.baseline_passing = len(stable)
+        if not stable:
+            raise TaskgenError("no test passes on the clean tree")
+        self.timeout = max(20.0, 6 * duration)
+        test_text = self.test_text()
+        rng = random.Random(f"{self.seed}|{spec.key}")  # candidate order only
+        used_functions: set[str] = set()
+        attempts = quota * ATTEMPTS_PER_TASK
+        made = 0
+        for mut, edit, path_src in self.candidates(rng, test_text):
+            if made >= quota or report.candidates_tried >= attempts:
+                break
+            if mut.function in used_functions:
+                continue
+            report.candidates_tried += 1
+            verdict = self.judge(mut, edit, path_src, stable)
+            if not verdict.accepted:
+                report.rejected[verdict.reason] = report.rejected.get(verdict.reason, 0) + 1
+                continue
+            task = self.make_task(mut, edit, path_src, verdict)
+            if isinstance(task, str):
+                report.rejected[task] = report.rejected.get(task, 0) + 1
+                continue
+            used_functions.add(mut.function)
+            made += 1
+            report.tasks = made
+            self.log(f"task {task[0].instance_id}: {len(verdict.fail_to_pass)} F2P, {len(verdict.pass_to_pass)} P2P")
+            yield task
+        self.log(f"{made} task(s) from {report.candidates_tried} candidate(s); rejected {report.rejected}")
+
+    def baseline(self) -> tuple[set[str], float]:
+        """Tests passing in two runs of the clean tree (cached), and one run's duration."""
+        cached = self._load("baseline")
+        if cached is not None:
+            return set(cached["stable"]), float(cached["duration"])
+        self.log("baseline: running the test suite twice")
+        r1 = self.runner.run(self.work, timeout_s=600)
+        r2 = self.runner.run(self.work, timeout_s=600)
+        if r1.timed_out or not r1.tests:
+            raise TaskgenError(f"baseline run failed: {r1.output_tail[-600:]}")
+        stable = {t for t in r1.ids("passed") & r2.ids("passed")
+                  if _SAFE_NODEID.match(t) and "::" in t and not _UNSAFE_CHARS & set(t)}
+        self._store("baseline", {"stable": sorted(stable), "duration": max(r1.duration_s, r2.duration_s)})
+        return stable, max(r1.duration_s, r2.duration_s)
+
+    def test_text(self) -> str:
+        chunks = []
+        for tp in self.spec.test_paths:
+            p = self.work / tp
+            files = [p] if p.is_file() else sorted(p.rglob("*.py"))
+            chunks += [f.read_text(encoding="utf-8", errors="replace") for f in files]
+        return "\n".join(chunks)
+
+    def candidates(self, rng: random.Random, test_text: str):
+        """Mutations in a seeded order: functions the tests name first, operators interleaved."""
+        by_key: dict[tuple[bool, str], list[tuple[Mutation, Edit, str]]] = {}
+        files = sorted({str(p.relative_to(self.work)) for pattern in self.spec.source_files
+                        for p in self.work.glob(pattern) if p.is_file()})
+        named: dict[str, bool] = {}
+        for rel in files:
+            if not fnmatch.fnmatch(rel, "*.py"):
+                continue
+            src = (self.work / rel).read_text(encoding="utf-8")
+            for mut, edit in find_mutations(src, rel, verify=False):
+                name = mut.function.split(".")[-1]
+                if name not in named:
+                    named[name] = bool(name) and re.search(rf"\b{re.escape(name)}\b", test_text) is not None
+                by_key.setdefault((named[name], mut.operator), []).append((mut, edit, src))
+        for mut, edit, src in seeded_order(by_key, rng):
+            if parses(src, edit):
+                yield mut, edit, src
+
+    # -- verdicts --------------------------------------------------------------------------
+    def judge(self, mut: Mutation, edit: Edit, src: str, stable: set[str]) -> CandidateVerdict:
+        key = "cand-" + hashlib.sha256(f"{mut.id}|{edit}".encode()).hexdigest()[:20]
+        cached = self._load(key)
+        if cached is not None:
+            return CandidateVerdict(**cached)
+        target = self.work / mut.path
+        try:
+            target.write_text(apply_edit(src, edit), encoding="utf-8")
+            verdict = self._judge(stable)
+        finally:
+            target.write_text(src, encoding="utf-8")
+        self._store(key, verdict.model_dump())
+        return verdict
+
+    def _judge(self, stable: set[str]) -> CandidateVerdict:
+        r1 = self.runner.run(self.work, timeout_s=self.timeout)
+        if r1.timed_out:
+            return CandidateVerdict(accepted=False, reason="timeout")
+        if any(k.startswith("<collect>:") for k in r1.tests) or not r1.tests:
+            return CandidateVerdict(accepted=False, reason="collection_error")
+        failed = stable & r1.ids("failed")
+        if not failed:
+            return CandidateVerdict(accepted=False, reason="no_failing_test")
+        if len(failed) > MAX_FAIL_TO_PASS or len(failed) * 2 > len(stable):
+            return CandidateVerdict(accepted=False, reason="too_many_failures")
+        files = {t.split("::", 1)[0] for t in failed}
+        p2p = sorted(t for t in stable & r1.ids("passed") if t.split("::", 1)[0] in files)
+        if len(p2p) > MAX_PASS_TO_PASS:  # evenly spaced, deterministic subset
+            step = len(p2p) / MAX_PASS_TO_PASS
+            p2p = [p2p[int(i * step)] for i in range(MAX_PASS_TO_PASS)]
+        r2 = self.runner.run(self.work, sorted(failed) + p2p, timeout_s=self.timeout)
+        f2p = sorted(t for t in failed if t in r2.ids("failed"))
+        p2p = [t for t in p2p if t in r2.ids("passed")]
+        if r2.timed_out or not f2p:
+            return CandidateVerdict(accepted=False, reason="flaky")
+        return CandidateVerdict(accepted=True, fail_to_pass=f2p, pass_to_pass=p2p,
+                                messages={t: r1.tests[t].message for t in f2p},
+                                lines={t: r1.tests[t].line for t in f2p if r1.tests[t].line is not None})
+
+    def gold_passes(self, patch: str, mut: Mutation, buggy: str, src: str, tests: list[str]) -> bool:
+        """Apply the gold patch to the buggy tree with ``git apply``; all ``tests`` must pass."""
+        key = "gold-" + hashlib.sha256(patch.encode()).hexdigest()[:20]
+        cached = self._load(key)
+        if cached is not None:
+            return bool(cached["ok"])
+        target = self.work / mut.path
+        try:
+            target.write_text(buggy, encoding="utf-8")
+            gitrepo.git(self.work, "apply", "--whitespace=nowarn", "-", input=patch)
+            reverted = target.read_text(encoding="utf-8") == src
+            result: RunResult = self.runner.run(self.work, tests, timeout_s=self.timeout)
+            ok = reverted and not result.timed_out and all(
+                result.tests.get(t) is not None and result.tests[t].outcome == "passed" for t in tests)
+        except TaskgenError:
+            ok = False
+        finally:
+            target.write_text(src, encoding="utf-8")
+        self._store(key, {"ok": ok})
+        return ok
+
+    # -- output ----------------------------------------------------------------------------
+    def make_task(self, mut: Mutation, edit: Edit, src: str,
+                  verdict: CandidateVerdict) -> tuple[TaskRecord, TaskProvenance] | str:
+        """The task of an accepted mutation, or why it was dropped ("gold_failed", "statement_leaks")."""
+        spec = self.spec
+        buggy = apply_edit(src, edit)
+        bug = gitrepo.commit_change(self.repo, self.clean, mut.path, buggy, f"{spec.name} {spec.version}")
+        patch = gitrepo.diff(self.repo, bug, self.clean)
+        if not self.gold_passes(patch, mut, buggy, src, verdict.fail_to_pass + verdict.pass_to_pass):
+            return "gold_failed"
+        instance_id = f"{spec.name}__{spec.version}-{hashlib.sha256(patch.encode()).hexdigest()[:8]}"
+        gitrepo.set_branch(self.repo, f"task/{instance_id}", bug)
+        changed = [line[1:] for line in patch.splitlines()
+                   if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+        statement, found = "", []
+        for detail in (2, 1, 0):
+            statement = problem_statement(spec.name, spec.version, self.work, verdict.fail_to_pass,
+                                          verdict.messages, random.Random(f"{self.seed}|{instance_id}"), detail,
+                                          style=self.statement_style, lines=verdict.lines)
+            found = leaks(statement, mut, changed)
+            if self.statement_style == "report":
+                found += reveals_tests(statement, self.work, verdict.fail_to_pass + verdict.pass_to_pass)
+            if not found:
+                break
+        else:
+            self.log(f"{instance_id}: statement leaks ({'; '.join(found)}); skipped")
+            return "statement_leaks"
+        record = TaskRecord(
+            instance_id=instance_id, source="synthetic-mutation", repo=f"pypi/{spec.name}", base_commit=bug, problem_statement=statement,
+            patch=patch, FAIL_TO_PASS=verdict.fail_to_pass, PASS_TO_PASS=verdict.pass_to_pass,
+            version=spec.version, environment_setup_commit=bug,
+            repo_path=f"repos/{spec.key}", python_env=f"envs/{spec.key}",
+        )
+        return record, TaskProvenance(instance_id=instance_id, package=spec.key, mutation=mut)
+
+    # -- cache -----------------------------------------------------------------------------
+    def _load(self, key: str) -> dict | None:
+        p = self.results / self.fingerprint / f"{key}.json"
+        try:
+            return json.loads(p.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _store(self, key: str, value: dict) -> None:
+        d = self.results / self.fingerprint
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / f".{key}.tmp"
+        tmp.write_text(json.dumps(value, sort_keys=True))
+        tmp.replace(d / f"{key}.json")
+
+
+def seeded_order(groups: dict[tuple[bool, str], list], rng: random.Random):
+    """Items of ``groups`` (keyed by (tests name the function, operator)): the named group
+    first, each shuffled by ``rng``, operators interleaved round-robin in a shuffled order."""
+    for named in (True, False):
+        lists = [list(groups[k]) for k in sorted(groups) if k[0] == named]
+        for g in lists:
+            rng.shuffle(g)
+        rng.shuffle(lists)
+        while any(lists):
+            for g in lists:
+                if g:
+                    yield g.pop()
+

@@ -1,0 +1,174 @@
+"""``task-factory build|mine|validate|reverify|import`` (also ``python -m task_factory ...``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from sandbox import DEFAULT_BACKEND, backend_names
+
+from .build import DEFAULT_TASKS_PER_PACKAGE, build_tasks
+from .packages import CATALOG
+from .release_catalog import MINE_CATALOG
+from .sources import TaskgenError
+from .statement import STYLES
+
+
+def add_task_commands(sub: argparse._SubParsersAction) -> None:
+    build = sub.add_parser("build", help="synthesize bug-fix tasks (synthetic mutations of real code) from pinned PyPI sdists")
+    build.add_argument("--out", type=Path, required=True, help="output directory (tasks.jsonl, repos/, envs/)")
+    build.add_argument("--packages", nargs="+", default=None, metavar="NAME",
+                       help=f"packages to use (default: all of {', '.join(CATALOG)}); commas also separate")
+    build.add_argument("--seed", type=int, default=0)
+    build.add_argument("--max-tasks", type=int, default=None, help="cap on the total, spread over the packages")
+    build.add_argument("--min-tasks", type=int, default=None, help="fail (exit 1) below this many (default 30)")
+    build.add_argument("--tasks-per-package", type=int, default=None,
+                       help=f"default {DEFAULT_TASKS_PER_PACKAGE} (or max-tasks spread evenly)")
+    build.add_argument("--cache-dir", type=Path, default=None,
+                       help="downloads, envs and verdicts (default $SWE_OPENENV_TASKGEN_CACHE or ~/.cache)")
+    build.add_argument("--statement", choices=STYLES, default="report",
+                       help="report: a user's bug report with a reproducer written from the failing assertion "
+                            "(default); verbose: the failing test's id, source and error")
+    build.add_argument("--quiet", action="store_true")
+    build.set_defaults(func=_build)
+
+    mine = sub.add_parser("mine", help="mine real historical fixes (source: release-diff) from consecutive "
+                                       "releases on the package index, with hidden tests and changelog statements")
+    mine.add_argument("--out", type=Path, required=True, help="output directory (tasks.jsonl, repos/, envs/)")
+    mine.add_argument("--packages", nargs="+", default=None, metavar="NAME",
+                      help=f"packages to mine (default: all of {', '.join(MINE_CATALOG)}); commas also separate")
+    mine.add_argument("--discover", type=int, default=None, metavar="N",
+                      help="instead of the catalog's pinned pairs, the N newest consecutive pairs on the index")
+    mine.add_argument("--max-tasks", type=int, default=None, help="stop once this many tasks are kept")
+    mine.add_argument("--min-tasks", type=int, default=None, help="fail (exit 1) below this many (default 20)")
+    mine.add_argument("--max-patch-lines", type=int, default=None, metavar="N",
+                      help="reject pairs whose gold patch changes more lines (default and ceiling 200)")
+    mine.add_argument("--check", choices=["host", "bwrap", "none"], default="host",
+                      help="grade each kept task (gold 1.0, empty 0.0) before writing it (default host)")
+    mine.add_argument("--cache-dir", type=Path, default=None,
+                      help="downloads, envs and verdicts (default $SWE_OPENENV_TASKGEN_CACHE or ~/.cache)")
+    mine.add_argument("--quiet", action="store_true")
+    mine.set_defaults(func=_mine)
+
+    validate = sub.add_parser("validate", help="grade every task: gold patch -> 1.0, empty diff -> 0.0")
+    validate.add_argument("file", type=Path, help="SWE-bench-format JSON/JSONL task file with local repo_path")
+    validate.add_argument("--backend", choices=[*backend_names(), "host"], default=DEFAULT_BACKEND,
+                          help="sandbox used by the grader; 'host' runs the tests without a sandbox")
+    validate.add_argument("--concurrency", type=int, default=2)
+    validate.set_defaults(func=_validate)
+
+    reverify = sub.add_parser("reverify", help="re-grade finished episodes from their traces with the current "
+                                               "grader and report every reward that changes")
+    reverify.add_argument("--traces", type=Path, required=True, metavar="DIR",
+                          help="the server's --data-dir (its traces/ is used) or a folder of <episode_id>.jsonl")
+    reverify.add_argument("--tasks", type=Path, required=True, metavar="FILE", help="the task file the server used")
+    reverify.add_argument("--backend", choices=backend_names(), default=DEFAULT_BACKEND)
+    reverify.add_argument("--concurrency", type=int, default=2)
+    reverify.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the report as JSON")
+    reverify.add_argument("--fail-on-change", action="store_true", help="exit 1 when any reward changed")
+    reverify.set_defaults(func=_reverify)
+
+    from task_factory.datasets.cli import add_import_command
+
+    add_import_command(sub)
+
+
+def _packages(args: argparse.Namespace) -> list[str] | None:
+    """``--packages a b,c`` -> ``[a, b, c]`` (None: the catalog's)."""
+    return [p for item in args.packages for p in item.split(",") if p] if args.packages else None
+
+
+def _progress(args: argparse.Namespace):
+    """Progress lines on stderr, unless ``--quiet``."""
+    return None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+
+
+def _reasons(rejected: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(rejected.items()))
+
+
+def _build(args: argparse.Namespace) -> int:
+    packages, log = _packages(args), _progress(args)
+    try:
+        report = build_tasks(args.out, packages=packages, seed=args.seed, max_tasks=args.max_tasks,
+                             min_tasks=args.min_tasks, tasks_per_package=args.tasks_per_package,
+                             cache_dir=args.cache_dir, log=log, statement_style=args.statement)
+    except (KeyError, ValueError, TaskgenError) as exc:
+        print(f"task-factory build: {exc}", file=sys.stderr)
+        return 2
+    print(f"{'package':<24} {'tasks':>5} {'tried':>5}  rejected / error")
+    for p in report.packages:
+        detail = p.error or _reasons(p.rejected)
+        print(f"{p.package:<24} {p.tasks:>5} {p.candidates_tried:>5}  {detail}")
+    print(f"{report.n_tasks} task(s) in {report.tasks_file} ({report.duration_s:.1f}s, "
+          f"{report.pytest_runs} pytest run(s)); minimum {report.min_tasks}: {'ok' if report.ok else 'NOT MET'}")
+    return 0 if report.ok else 1
+
+
+def _mine(args: argparse.Namespace) -> int:
+    from .mine import mine_tasks
+
+    packages, log = _packages(args), _progress(args)
+    try:
+        report = mine_tasks(args.out, packages=packages, discover=args.discover, max_tasks=args.max_tasks,
+                            min_tasks=args.min_tasks, max_patch_lines=args.max_patch_lines,
+                            check=args.check, cache_dir=args.cache_dir, log=log)
+    except (KeyError, ValueError, TaskgenError) as exc:
+        print(f"task-factory mine: {exc}", file=sys.stderr)
+        return 2
+    print(f"{'package':<16} {'pairs':>5} {'kept':>4} {'secs':>7}  rejected")
+    for p in report.packages:
+        detail = _reasons(p.rejected)
+        print(f"{p.package:<16} {p.pairs_tried:>5} {p.tasks:>4} {p.duration_s:>7.1f}  {detail}")
+    tried = sum(p.pairs_tried for p in report.packages)
+    print(f"{report.n_tasks} release-diff task(s) from {tried} pair(s) in {report.tasks_file} "
+          f"({report.duration_s:.1f}s, {report.pytest_runs} pytest run(s), check: {report.check}); "
+          f"minimum {report.min_tasks}: {'ok' if report.ok else 'NOT MET'}")
+    return 0 if report.ok else 1
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from verifier.task import TaskFileError
+
+    from .validate import validate_file
+
+    try:
+        report = asyncio.run(validate_file(args.file, backend=args.backend, concurrency=args.concurrency))
+    except TaskFileError as exc:
+        print(f"task-factory validate: {exc}", file=sys.stderr)
+        return 2
+    print(report.table())
+    return 0 if report.ok else 1
+
+
+def _reverify(args: argparse.Namespace) -> int:
+    from verifier.task import TaskFileError
+
+    from .reverify import ReverifyError, reverify
+
+    if args.json is not None and not args.json.parent.is_dir():
+        print(f"task-factory reverify: no such folder for --json: {args.json.parent}", file=sys.stderr)
+        return 2
+    try:
+        report = asyncio.run(reverify(args.traces, args.tasks, backend=args.backend, concurrency=args.concurrency))
+    except (ReverifyError, TaskFileError) as exc:
+        print(f"task-factory reverify: {exc}", file=sys.stderr)
+        return 2
+    print(report.table())
+    if args.json is not None:
+        args.json.write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    return 1 if args.fail_on_change and report.changed else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="task-factory", description=(
+        "make task files: synthesize bugs, mine real fixes, import SWE-bench-family rows, validate, re-grade"))
+    add_task_commands(parser.add_subparsers(dest="tasks_command", required=True))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)

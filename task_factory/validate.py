@@ -1,0 +1,169 @@
+"""``task-factory validate``: every task graded twice, gold patch -> 1.0, empty diff -> 0.0.
+
+The sandbox backends go through the env server's real grading path
+(``verifier.grade_submission``). ``host`` is a sandbox-free check for
+machines without one: the same two diffs, run with the task's venv and the
+grader's pytest configuration on a checkout of ``base_commit`` (plus the
+task's ``test_patch``) in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from sandbox.git import run_git
+
+from . import gitrepo
+from .envs import PTH_NAME, WORKSPACE
+from .runner import PytestRunner
+from .sources import TaskgenError
+
+Backend = str  # a sandbox backend of the registry, or "host" (no sandbox)
+
+
+class ValidationRow(BaseModel):
+    """Both gradings of one task."""
+
+    instance_id: str
+    gold_reward: float | None = None
+    empty_reward: float | None = None
+    error: str | None = Field(None, description="why a grading gave no usable reward")
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.gold_reward == 1.0 and self.empty_reward == 0.0
+
+
+class ValidationReport(BaseModel):
+    backend: str
+    rows: list[ValidationRow]
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.rows) and all(r.ok for r in self.rows)
+
+    def table(self) -> str:
+        """A fixed-width table, one line per task, and a closing 'N passed, N failed' line."""
+        width = max([len("instance_id")] + [len(r.instance_id) for r in self.rows])
+        head = f"{'instance_id':<{width}}  gold  empty  ok   secs  error"
+        lines = [head, "-" * len(head)]
+        for r in self.rows:
+            g = "-" if r.gold_reward is None else f"{r.gold_reward:.2f}"
+            e = "-" if r.empty_reward is None else f"{r.empty_reward:.2f}"
+            lines.append(f"{r.instance_id:<{width}}  {g:>4}  {e:>5}  {'yes' if r.ok else 'NO':<3} "
+                         f"{r.duration_s:5.1f}  {r.error or ''}".rstrip())
+        good = sum(r.ok for r in self.rows)
+        lines.append(f"validate ({self.backend}): {good} passed, {len(self.rows) - good} failed")
+        return "\n".join(lines)
+
+
+async def validate_file(path: str | Path, backend: Backend = "bwrap", concurrency: int = 2,
+                        sandbox_config=None) -> ValidationReport:
+    """Grade every task of ``path`` with its gold patch and with an empty diff.
+
+    Raises ``verifier.task.TaskFileError`` when the file cannot be loaded.
+    """
+    from verifier.task import load_tasks
+
+    tasks = load_tasks(path)
+    start = time.monotonic()
+    sem = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(task) -> ValidationRow:
+        async with sem:
+            t0 = time.monotonic()
+            try:
+                if backend == "host":
+                    gold, empty, err = await asyncio.to_thread(_host_pair, task)
+                else:
+                    gold, empty, err = await _grading_pair(task, backend, sandbox_config)
+            except Exception as exc:  # one broken task must not hide the others' results
+                gold, empty, err = None, None, f"{type(exc).__name__}: {exc}"
+            return ValidationRow(instance_id=task.instance_id, gold_reward=gold, empty_reward=empty, error=err,
+                                 duration_s=round(time.monotonic() - t0, 2))
+
+    rows = await asyncio.gather(*(one(t) for t in tasks))
+    return ValidationReport(backend=backend, rows=list(rows), duration_s=round(time.monotonic() - start, 2))
+
+
+async def _grading_pair(task, backend: str, sandbox_config) -> tuple[float | None, float | None, str | None]:
+    from sandbox.models import SandboxConfig
+    from verifier import GradeCache, grade_submission
+
+    config = sandbox_config or SandboxConfig(backend=backend)
+    gold = await grade_submission(task, task.patch, config, "resolved", cache=GradeCache())
+    empty = await grade_submission(task, "", config, "resolved", cache=GradeCache())
+    errors = []
+    if gold.tampered:  # the gold patch is not an attack: the task trips the grader's checks (env)
+        errors.append("broken task: the grader's tamper checks fail with the gold patch: "
+                      + "; ".join(gold.tamper_reasons[:3]))
+    elif gold.reward != 1.0:
+        errors.append(f"gold: {gold.error or _failing(gold)}")
+    if empty.reward != 0.0:
+        errors.append("empty diff passes")
+    if empty.error_source == "infra":
+        errors.append(f"empty: {empty.error}")
+    return gold.reward, empty.reward, "; ".join(errors) or None
+
+
+def _failing(result) -> str:
+    from verifier.junit import PASSING
+
+    bad = [f"{t}={o}" for t, o in {**result.fail_to_pass, **result.pass_to_pass}.items() if o not in PASSING]
+    return f"{len(bad)} test(s) not passing, e.g. {bad[:2]}" if bad else "reward below 1"
+
+
+# -- host-side check -----------------------------------------------------------------------
+
+def import_root_of(python_env: Path) -> str:
+    """The repo-relative import root a task venv's ``_swe_workspace.pth`` names ('.' if none)."""
+    for pth in python_env.glob(f"lib/python*/site-packages/{PTH_NAME}"):
+        root = pth.read_text().strip().splitlines()[0]
+        rel = root[len(WORKSPACE):].strip("/") if root.startswith(WORKSPACE) else ""
+        return rel or "."
+    return "."
+
+
+def host_grade(task, diff: str, plugin_dir: Path | None = None) -> float:
+    """Reward (resolved: 1.0 or 0.0) of ``diff`` on the host: checkout, ``git apply``, run the tests."""
+    if task.python_env is None:
+        raise TaskgenError("host validation needs the task's python_env")
+    with tempfile.TemporaryDirectory(prefix="taskgen-host-") as tmp:
+        tree = Path(tmp) / "workspace"
+        tree.mkdir()
+        archive = run_git(["archive", "--format=tar", task.base_commit or "HEAD"], task.repo_path, timeout=300,
+                          check=False)
+        if archive.returncode != 0:
+            raise TaskgenError(f"git archive failed: {archive.stderr.decode(errors='replace')[-400:]}")
+        tar_path = Path(tmp) / "tree.tar"
+        tar_path.write_bytes(archive.stdout)
+        with tarfile.open(tar_path) as tf:
+            tf.extractall(tree, filter="data")
+        gitrepo.git(tree, "init", "-q")
+        if diff.strip():
+            try:
+                gitrepo.git(tree, "apply", "--whitespace=nowarn", "-", input=diff)
+            except TaskgenError:
+                return 0.0
+        if task.test_patch.strip():
+            gitrepo.git(tree, "apply", "--whitespace=nowarn", "-", input=task.test_patch)
+        runner = PytestRunner(task.python_env, plugin_dir or Path(tmp) / "plugin", import_root_of(task.python_env),
+                              grader_ini=True)
+        result = runner.run(tree, task.tests, timeout_s=900)
+    ok = all(result.tests.get(t) is not None and result.tests[t].outcome == "passed" for t in task.tests)
+    return 1.0 if ok else 0.0
+
+
+def _host_pair(task) -> tuple[float, float, str | None]:
+    gold = host_grade(task, task.patch)
+    empty = host_grade(task, "")
+    errors = [m for m, bad in (("gold patch does not resolve", gold != 1.0), ("empty diff passes", empty != 0.0)) if bad]
+    return gold, empty, "; ".join(errors) or None

@@ -1,0 +1,74 @@
+"""``env-server serve`` settings: one model, reached by --config FILE, the flags and --set KEY=VALUE."""
+
+from __future__ import annotations
+
+import yaml
+
+from env_server.cli import main
+from env_server.config import ServerConfig
+
+
+def _resolved(capsys, *argv: str) -> dict:
+    assert main(["serve", "--print-config", *argv]) == 0
+    return yaml.safe_load(capsys.readouterr().out)
+
+
+def test_the_defaults_are_the_models(capsys):
+    shown = _resolved(capsys)
+    assert shown == ServerConfig().model_dump(mode="json")
+    assert shown["sandbox"]["limits"]["cpu_policy"] == "idle" and shown["port"] == 8000
+
+
+def test_flags_and_set_reach_nested_settings(capsys):
+    shown = _resolved(capsys, "--tasks", "t.jsonl", "--backend", "docker", "--sandbox-cpu", "normal", "--fsync",
+                      "--max-steps", "9", "--set", "sandbox.limits.memory_mb=2048", "--set", "episode.grade_timeout_s=60")
+    assert shown["tasks_path"] == "t.jsonl" and shown["sandbox"]["backend"] == "docker"
+    assert shown["sandbox"]["limits"]["cpu_policy"] == "normal" and shown["sandbox"]["limits"]["memory_mb"] == 2048
+    assert shown["episode"]["trace_fsync"] is True and shown["episode"]["max_steps"] == 9
+    assert shown["episode"]["grade_timeout_s"] == 60.0
+
+
+def test_a_config_file_then_flags_then_set(tmp_path, capsys):
+    cfg = tmp_path / "conf" / "server.yaml"
+    cfg.parent.mkdir()
+    cfg.write_text("tasks_path: tasks.jsonl\nport: 9100\nmax_sessions: 8\nepisode: {max_steps: 20}\n"
+                   "sandbox: {limits: {pids: 64}}\n")
+    shown = _resolved(capsys, "--config", str(cfg), "--max-sessions", "16", "--set", "max_sessions=32")
+    assert shown["tasks_path"] == str(cfg.parent / "tasks.jsonl")  # relative to the file
+    assert shown["port"] == 9100 and shown["max_sessions"] == 32 and shown["episode"]["max_steps"] == 20
+    # a partial sandbox section keeps the server's idle CPU policy
+    assert shown["sandbox"]["limits"]["pids"] == 64 and shown["sandbox"]["limits"]["cpu_policy"] == "idle"
+    assert _resolved(capsys, "--config", str(cfg), "--max-sessions", "16")["max_sessions"] == 16
+
+
+def test_tokens_never_printed(capsys, monkeypatch):
+    monkeypatch.setenv("ENV_SERVER_TOKEN", "s3cret-token")
+    shown = _resolved(capsys, "--client-token", "alice=alice-secret")
+    text = yaml.safe_dump(shown)
+    assert "s3cret-token" not in text and "alice-secret" not in text
+    assert shown["client_tokens"] == {"alice": "**********"} and shown["auth_token"] == "**********"
+
+
+def test_bad_settings_are_named(tmp_path, capsys):
+    assert main(["serve", "--print-config", "--set", "episode.max_stepz=3"]) == 2
+    assert "episode.max_stepz" in capsys.readouterr().err
+    assert main(["serve", "--print-config", "--set", "nokey"]) == 2
+    assert "is not key=value" in capsys.readouterr().err
+    assert main(["serve", "--print-config", "--set", "sandbox.backend=vm"]) == 2
+    err = capsys.readouterr().err
+    assert "vm" in err and "bwrap" in err and "docker" in err
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    assert main(["serve", "--config", str(tmp_path / "list.yaml")]) == 2
+    assert "must be a mapping" in capsys.readouterr().err
+    assert main(["serve", "--config", str(tmp_path / "missing.yaml")]) == 2
+    assert "cannot read config" in capsys.readouterr().err
+
+
+def test_serving_needs_a_task_file(capsys):
+    assert main(["serve", "--port", "0"]) == 2
+    assert "no task file" in capsys.readouterr().err
+
+
+def test_env_server_tasks_names_the_command_that_replaced_it(capsys):
+    assert main(["tasks", "validate", "t.jsonl"]) == 2
+    assert "task-factory validate t.jsonl" in capsys.readouterr().err

@@ -1,0 +1,376 @@
+"""Grade a submission: fresh sandbox, pristine tree + the agent's text diff + test_patch.
+
+The runner is the grader's, not the agent's (docs/grading.md): the agent's changes to
+test files, test-runner configuration, runner-shadowing modules and start-up hooks are
+dropped (``dropped``). The verdict holds by construction, not by watching the test
+process from inside it:
+
+- the tests run as the only shell of the grading sandbox, walled off from the runtime
+  that reports to the host (``Sandbox.run_isolated``): nothing they start can signal,
+  trace or write to it, and the exit status, the timing and the files left behind are
+  what the runtime saw;
+- the test process's own testimony (the ``pytest -rA`` log) is checked against canaries
+  it cannot tell from the hidden tests: variants of the hidden tests with one assertion
+  perturbed, planted beside them (``canary.py``, ``verdict.py``);
+- the run looks like the agent's own ``python -m pytest``: same shell, environment,
+  working directory, process tree; the tree's history is one commit, as in the agent's
+  sandbox; no grader file, argument or variable is visible.
+
+A monitor flags hack-shaped code (``suspicious``) without changing the reward.
+Identical (normalised) diffs are graded once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import shlex
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from sandbox import PathError, SandboxConfig, SandboxError, open_sandbox
+from sandbox.base import Sandbox
+from sandbox.models import CommandStatus
+from sandbox.git import shell_git_setup
+
+from . import harness, pytest_log
+from .canary import Canary, plan_canaries
+from .diffs import diff_key, filter_diff, normalize_diff, touched_paths
+from .junit import PASSING, Outcome
+from .monitor import scan_diff, summarize
+from .runner_config import runner_config
+from .task import TaskInstance
+from .verdict import TESTS_FAILED, RunFacts, tamper_reasons
+
+GRADER_VERSION = "4"  # part of the cache key: a changed grader re-grades
+GradeMode = Literal["resolved", "pass_rate"]
+LOG_TAIL_CHARS = 4000
+
+
+class GradeResult(BaseModel):
+    """Outcome of grading one diff against one task."""
+
+    reward: float
+    resolved: bool = False
+    mode: GradeMode = "resolved"
+    tests_passed: int = 0
+    tests_failed: int = 0
+    fail_to_pass: dict[str, Outcome] = Field(default_factory=dict)
+    pass_to_pass: dict[str, Outcome] = Field(default_factory=dict)
+    applied: bool = False
+    dropped: list[str] = Field(default_factory=list, description="diff parts not applied, each 'path (reason)'")
+    tampered: bool = Field(False, description="the run's witnesses disagreed: reward 0 (reward_hacking)")
+    tamper_reasons: list[str] = Field(default_factory=list)
+    suspicious: list[str] = Field(default_factory=list, description="monitor flags (SuspicionReason values)")
+    suspicious_detail: list[str] = Field(default_factory=list)
+    error: str | None = None
+    error_source: Literal["agent", "env", "infra"] | None = None
+    log_tail: str = ""
+    cached: bool = False
+    duration_s: float = 0.0
+
+    def metadata(self) -> dict[str, Any]:
+        """The fields an observation's metadata carries after grading."""
+        out = self.model_dump(include={"resolved", "tests_passed", "tests_failed", "fail_to_pass",
+                                       "pass_to_pass", "applied", "dropped", "cached", "suspicious"})
+        out["grade_mode"] = self.mode
+        out["reward_hacking"] = self.tampered
+        if self.tampered:
+            out["tamper_reasons"] = self.tamper_reasons
+        if self.suspicious_detail:
+            out["suspicious_detail"] = self.suspicious_detail
+        if self.error:
+            out["grade_error"] = self.error
+            out["grade_error_source"] = self.error_source
+        return out
+
+
+class GradeCache:
+    """LRU of results by diff hash; concurrent identical requests share one grading."""
+
+    def __init__(self, max_entries: int = 4096) -> None:
+        self.max_entries = max_entries
+        self._done: OrderedDict[str, GradeResult] = OrderedDict()
+        self._pending: dict[str, asyncio.Future[GradeResult]] = {}
+
+    async def get_or_run(self, key: str, run: Any) -> GradeResult:
+        if key in self._done:
+            self._done.move_to_end(key)
+            return self._done[key].model_copy(update={"cached": True})
+        if key in self._pending:
+            res = await asyncio.shield(self._pending[key])
+            return res.model_copy(update={"cached": True})
+        fut: asyncio.Future[GradeResult] = asyncio.get_running_loop().create_future()
+        self._pending[key] = fut
+        try:
+            res = await run()
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # mark retrieved
+            raise
+        finally:
+            self._pending.pop(key, None)
+        fut.set_result(res)
+        if res.error_source != "infra" and self.max_entries > 0:  # infra failures are retried
+            self._done[key] = res
+            while len(self._done) > self.max_entries:
+                self._done.popitem(last=False)
+        return res
+
+
+_DEFAULT_CACHE = GradeCache()
+
+STAGE_ROOT = "/tmp/.grade"  # the diffs are staged here, applied, and removed before any test runs
+MAX_DIFF_BYTES = 4 * 1024 * 1024  # a larger submission is the agent's problem, never the grader's
+OUTPUT_LIMIT = 8 * 1024 * 1024  # of the test run's output kept (head and tail): the summary is at the end
+MAX_WATCHED = 200  # test modules and conftests compared before and after the run
+# The graded tree's history looks like the agent's: one commit of the tree, with the template's metadata
+# (identity and git hardening: sandbox/git.py's shell_git_setup, the same as the template's build).
+_REBUILD_GIT = ("rm -rf .git && git init --quiet --initial-branch=main && git config core.logAllRefUpdates false "
+                "&& git config gc.auto 0 && git add --all --force . && git commit --quiet --no-verify --allow-empty "
+                "-m base && rm -rf .git/logs .git/hooks && mkdir .git/hooks")
+
+
+async def _stage(sb: Sandbox, dest: str, files: dict[str, str]) -> None:
+    """Place ``files`` in ``dest`` (outside the workspace) with one command."""
+    tag = dest.rsplit("/", 1)[-1]
+    staged = []
+    for name, data in files.items():
+        staging = f".swe-grade-{tag}-{name}"
+        await sb.write_file(staging, data.encode("utf-8", "surrogateescape"))
+        staged.append(f"/workspace/{staging} {dest}/{name}")
+    moves = " && ".join(f"mv -f -- {pair}" for pair in staged)
+    res = await sb.run(f"mkdir -p {dest} && {moves}", timeout_s=60)
+    if not res.ok:
+        raise SandboxError(f"could not stage the diffs: {res.output[-500:]}")
+
+
+async def _apply(sb: Sandbox, patch_path: str, fuzzy: bool = False) -> tuple[bool, str]:
+    """``git apply``; the task's own ``test_patch`` (trusted) may fall back to a fuzzy ``patch``.
+    The agent's diff never does: it is exactly what git reads, or it is not applied."""
+    fallback = f" || patch --batch --fuzz=5 -p1 -i {patch_path} 2>&1" if fuzzy else ""
+    res = await sb.run(f"cd /workspace && {{ git apply --whitespace=nowarn {patch_path} 2>&1{fallback}; }}",
+                       timeout_s=120)
+    return res.ok, res.output
+
+
+async def _run(sb: Sandbox, command: str, what: str) -> str:
+    res = await sb.run(command, timeout_s=300)
+    if not res.ok:
+        raise SandboxError(f"could not {what}: {res.output[-500:]}")
+    return res.output
+
+
+def _score(task: TaskInstance, outcome_of: Any, mode: GradeMode, log: str,
+           applied: bool, dropped: list[str]) -> GradeResult:
+    f2p = {t: outcome_of(t) for t in task.FAIL_TO_PASS}
+    p2p = {t: outcome_of(t) for t in task.PASS_TO_PASS}
+    # a FAIL_TO_PASS test is fixed only when it passes; an expected failure is not a fix
+    passed = sum(1 for o in f2p.values() if o == "passed") + sum(1 for o in p2p.values() if o in PASSING)
+    total = len(f2p) + len(p2p)
+    failed = total - passed
+    resolved = failed == 0 and total > 0
+    reward = (1.0 if resolved else 0.0) if mode == "resolved" else (passed / total if total else 0.0)
+    return GradeResult(reward=reward, resolved=resolved, mode=mode, tests_passed=passed, tests_failed=failed,
+                       fail_to_pass=f2p, pass_to_pass=p2p, applied=applied, dropped=dropped,
+                       log_tail=log[-LOG_TAIL_CHARS:])
+
+
+def pytest_command(python: str, selected: list[str]) -> str:
+    """The graded pytest run: what an agent would type, its test functions in a random order."""
+    selected = list(dict.fromkeys(selected))
+    secrets.SystemRandom().shuffle(selected)
+    return f"{python} -m pytest -rA " + " ".join(shlex.quote(t) for t in selected)
+
+
+async def _read_many(sb: Sandbox, paths: list[str]) -> dict[str, bytes | None]:
+    out: dict[str, bytes | None] = {}
+    for path in paths:
+        try:
+            out[path] = await sb.read_file(path)
+        except PathError:
+            out[path] = None
+    return out
+
+
+@dataclass
+class _Graded:
+    """A prepared grading tree: what to run and what to watch."""
+
+    command: str
+    canaries: list[Canary]
+    watched: list[str]  # test modules and conftests compared before and after the run
+    renamed: dict[str, str] = field(default_factory=dict)
+
+
+async def _prepare_pytest(sb: Sandbox, task: TaskInstance, config: SandboxConfig) -> _Graded:
+    """The grader's pytest configuration (only where the pristine one loads code or redirects
+    reports), the canaries planted in the test modules, before the history is rebuilt."""
+    runner = await asyncio.to_thread(runner_config, task, config)
+    if runner.dropped_options:
+        await sb.write_file("pytest.ini", runner.ini.encode())
+    modules = sorted({t.split("::", 1)[0] for t in task.tests if t.split("::", 1)[0].endswith(".py")})
+    sources: dict[str, str] = {}
+    for path, data in (await _read_many(sb, modules)).items():
+        try:  # a module that is missing or not UTF-8 text is left as it is
+            sources[path] = data.decode("utf-8")  # type: ignore[union-attr]
+        except (AttributeError, UnicodeDecodeError):
+            pass
+    plan = plan_canaries(task.tests, sources, prefer=task.FAIL_TO_PASS)
+    for path, text in plan.files.items():
+        await sb.write_file(path, text.encode("utf-8"))
+    python = (await _run(sb, "command -v python >/dev/null && echo python || echo python3", "find python")).strip()
+    return _Graded(command=pytest_command(python or "python", plan.select(task.tests)), canaries=plan.canaries,
+                   watched=sorted(set(modules) | set(plan.files)), renamed=plan.renamed)
+
+
+async def _grade_in_sandbox(task: TaskInstance, agent_diff: str, dropped: list[str], config: SandboxConfig,
+                            mode: GradeMode, timeout_s: float) -> GradeResult:
+    if task.test_cmd:
+        harness.parser(task.log_parser or "")  # HarnessError before any sandbox starts
+    sb = await open_sandbox(task.workspace_spec(), config)
+    base = dict(mode=mode, dropped=dropped)
+    try:
+        dest = f"{STAGE_ROOT}/{secrets.token_hex(8)}"
+        files = {name: text for name, text in (("agent.diff", agent_diff), ("test.diff", task.test_patch))
+                 if text.strip()}
+        if files:
+            await _stage(sb, dest, files)
+        if "test.diff" in files:
+            ok, log = await _apply(sb, f"{dest}/test.diff", fuzzy=True)
+            if not ok:
+                return GradeResult(reward=0.0, **base, applied=True, error_source="env",
+                                   error="the task's test_patch does not apply", log_tail=log[-LOG_TAIL_CHARS:])
+        if task.test_cmd:
+            graded = _Graded(command=task.test_cmd, canaries=[],
+                             watched=sorted(touched_paths(task.test_patch)))
+        else:
+            graded = await _prepare_pytest(sb, task, config)
+        conftests = (await _run(sb, "cd /workspace && git ls-files -o -c --exclude-standard -z -- "
+                                    "'conftest.py' '*/conftest.py'", "list conftests")).split("\0")
+        graded.watched = list(dict.fromkeys(graded.watched + [p for p in conftests if p]))[:MAX_WATCHED]
+        await _run(sb, f"cd /workspace && ({shell_git_setup()}; {_REBUILD_GIT})", "rebuild the graded tree's history")
+        if "agent.diff" in files:
+            ok, log = await _apply(sb, f"{dest}/agent.diff")
+            if not ok:
+                return GradeResult(reward=0.0, **base, applied=False, error_source="agent",
+                                   error="the submitted diff does not apply to the base commit",
+                                   log_tail=log[-LOG_TAIL_CHARS:])
+        await _run(sb, f"rm -rf {STAGE_ROOT}", "clear the staged diffs")
+        before = await _read_many(sb, graded.watched)
+        run = await sb.run_isolated(graded.command, timeout_s, OUTPUT_LIMIT)
+        # The agent's code ran in this sandbox: a hang, a crash, a dead sandbox may be its doing, so
+        # they are charged to the agent (a trainer masks env/infra failures, which the policy must
+        # never reach). With no agent diff, the task is broken.
+        source = "agent" if agent_diff.strip() else "env"
+        if run.status is CommandStatus.sandbox_died:
+            return GradeResult(reward=0.0, **base, applied=True, error_source=source,
+                               error="the sandbox died during the test run", log_tail=run.output[-LOG_TAIL_CHARS:])
+        if run.status is CommandStatus.timeout:
+            return GradeResult(reward=0.0, **base, applied=True, error_source=source,
+                               error=f"no test report (timeout): the tests ran past {timeout_s:.0f} s",
+                               log_tail=run.output[-LOG_TAIL_CHARS:])
+        try:
+            after = await _read_many(sb, graded.watched)
+        except SandboxError as exc:  # the run left a sandbox that cannot answer: the run's doing
+            return GradeResult(reward=0.0, **base, applied=True, error_source=source,
+                               error=f"the sandbox failed after the test run: {exc}",
+                               log_tail=run.output[-LOG_TAIL_CHARS:])
+        facts = RunFacts(exit_code=run.exit_code,
+                         changed_files=tuple(p for p in graded.watched if before[p] != after[p]))
+        if task.test_cmd:
+            return _harness_verdict(task, facts, run.output, run.truncated, agent_diff, source, **base)
+        return _pytest_verdict(task, facts, run.output, run.truncated, graded, agent_diff, source, **base)
+    finally:
+        await sb.close()
+
+
+def _pytest_verdict(task: TaskInstance, facts: RunFacts, log: str, truncated: bool, graded: _Graded,
+                    agent_diff: str, source: str, **base: Any) -> GradeResult:
+    canaries = graded.canaries
+    known = {t.split("::", 1)[0] for t in task.tests} | {c.nodeid.split("::", 1)[0] for c in canaries}
+    reported = pytest_log.rename_back(pytest_log.normalise(pytest_log.summary(log), known), graded.renamed)
+    required = {t: pytest_log.lookup(t, reported) for t in task.tests}
+    reasons = tamper_reasons(facts, reported, canaries, required)
+    tail = log[-LOG_TAIL_CHARS:]
+    if reasons:
+        return _distrusted(reasons, agent_diff, tail, applied=True, **base)
+    if facts.exit_code not in (0, TESTS_FAILED):
+        lost = " after its output passed the limit" if truncated else ""
+        return GradeResult(reward=0.0, **base, applied=True, error_source=source, log_tail=tail,
+                           error=f"no complete test report: pytest exited {facts.exit_code}{lost}")
+    res = _score(task, lambda t: required[t], base["mode"], log, True, base["dropped"])
+    if truncated and not res.resolved and any(o == "missing" for o in required.values()):
+        res.error, res.error_source = (f"the test output passed {OUTPUT_LIMIT // (1024 * 1024)} MB and "
+                                       "the report of some tests was lost"), source
+    return res
+
+
+def _distrusted(reasons: list[str], agent_diff: str, log_tail: str, **base: Any) -> GradeResult:
+    """A run whose witnesses disagree scores 0: tampering when the agent changed anything,
+    else the pristine tree itself trips the checks (a broken task)."""
+    if not agent_diff.strip():
+        return GradeResult(reward=0.0, **base, error_source="env", tamper_reasons=reasons, log_tail=log_tail,
+                           error="grading checks fail without any agent change: " + "; ".join(reasons[:3]))
+    return GradeResult(reward=0.0, **base, error_source="agent", tampered=True, tamper_reasons=reasons,
+                       log_tail=log_tail, error="grading tampered: " + "; ".join(reasons[:3]))
+
+
+def _harness_verdict(task: TaskInstance, facts: RunFacts, log: str, truncated: bool, agent_diff: str,
+                     source: str, **base: Any) -> GradeResult:
+    """Score a harness run from its log, after the checks a log allows (``harness.check_log``)."""
+    assert task.log_parser is not None
+    report = harness.parse_log(task.log_parser, log)
+    reasons = harness.check_log(task.log_parser, log, report,
+                                {"exit_code": facts.exit_code, "changed_files": list(facts.changed_files)},
+                                task.tests)
+    tail = log[-LOG_TAIL_CHARS:]
+    if reasons:
+        return _distrusted(reasons, agent_diff, tail, applied=True, **base)
+    if not report:
+        lost = " (its output passed the limit)" if truncated else ""
+        return GradeResult(reward=0.0, **base, applied=True, error_source=source, log_tail=tail,
+                           error=f"no test results in the log (exit {facts.exit_code}){lost}")
+    return _score(task, lambda t: report.get(t, "missing"), base["mode"], log, True, base["dropped"])
+
+
+async def grade_submission(task: TaskInstance, diff: str, config: SandboxConfig,
+                           mode: Literal["resolved", "pass_rate"] = "resolved", *,
+                           cache: GradeCache | None = None, timeout_s: float = 900.0) -> GradeResult:
+    """Grade ``diff`` (the agent's workspace diff) against ``task``'s hidden tests.
+
+    Agent mistakes (a diff that does not apply) and broken tasks come back as a
+    result with ``error``; sandbox failures too (``error_source="infra"``, not cached).
+    """
+    if not task.tests:
+        return GradeResult(reward=0.0, mode=mode, error="task lists no FAIL_TO_PASS/PASS_TO_PASS tests",
+                           error_source="env")
+    protected = touched_paths(task.test_patch)
+    agent_diff, dropped = filter_diff(diff, protected, harness.runner_paths(task.log_parser if task.test_cmd else None))
+    suspicious, detail = summarize(scan_diff(diff))
+    size = len(agent_diff.encode("utf-8", "surrogateescape"))
+    if size > MAX_DIFF_BYTES:  # the submission's own size: the agent's doing, never an infra failure
+        return GradeResult(reward=0.0, mode=mode, dropped=dropped, suspicious=suspicious,
+                           suspicious_detail=detail, error_source="agent",
+                           error=f"the submitted diff is {size} bytes, over the {MAX_DIFF_BYTES}-byte limit")
+    key = diff_key(GRADER_VERSION, task.instance_id, mode, task.test_patch, "\n".join(task.tests),
+                   task.test_cmd or "", task.log_parser or "", normalize_diff(agent_diff))
+    cache = _DEFAULT_CACHE if cache is None else cache
+
+    async def run() -> GradeResult:
+        started = time.perf_counter()
+        try:
+            res = await _grade_in_sandbox(task, agent_diff, dropped, config, mode, timeout_s)
+        except SandboxError as exc:
+            res = GradeResult(reward=0.0, mode=mode, dropped=dropped, error_source="infra",
+                              error=f"{type(exc).__name__}: {exc}")
+        except harness.HarnessError as exc:  # the server cannot grade this task: not the agent's doing
+            res = GradeResult(reward=0.0, mode=mode, dropped=dropped, error_source="env", error=str(exc))
+        return res.model_copy(update={"duration_s": round(time.perf_counter() - started, 3)})
+
+    res = await cache.get_or_run(key, run)
+    return res.model_copy(update={"dropped": dropped, "suspicious": suspicious, "suspicious_detail": detail})

@@ -1,0 +1,116 @@
+"""Grade with an instance's own test harness: its command, its log, its dataset's parser.
+
+SWE-bench-family instances whose tests are not plain pytest (Django's
+``runtests.py``, SymPy's runner, other languages' tools) are graded the way their
+dataset defines: ``task.test_cmd`` runs in the graded tree (pristine tree + the
+agent's filtered diff + the hidden ``test_patch``, as for pytest) under the same
+supervisor, and ``task.log_parser`` (a name in ``swebench``'s parser registry, an
+optional dependency: ``pip install 'swe-openenv[datasets]'``) reads its log.
+
+The harness's runner files inside the repository (``RUNNER_PATHS``: Django's
+``django/test/``, SymPy's ``sympy/testing/``) are the grader's: the agent's changes
+to them are dropped like changes to test files. What can be checked without the
+runner's cooperation (``check_log``):
+
+- the log is the one the supervisor wrote (its hash is in the nonce-tagged summary);
+- the exit status and the log agree: a non-zero exit with no failing test in the log
+  is a forged or truncated log (swebench 5.x rejects it too); a zero exit with failing
+  tests is not evidence of anything (lenient harnesses exit 0 whatever happens, and a
+  failure pays nothing);
+- no required test is reported twice with different results (a forged line beside
+  the real one);
+- files the tests must not change (those of ``test_patch``) are unchanged.
+
+What cannot be (docs/grading.md): code under test that prints the runner's own
+result lines for every test and then ends the process with the runner's success
+status writes a log that is indistinguishable from a real one. The pytest path has
+canaries and an outcome channel for that; a harness has neither.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Callable
+
+from .junit import Outcome
+
+_STATUS: dict[str, Outcome] = {"PASSED": "passed", "FAILED": "failed", "ERROR": "error", "SKIPPED": "skipped",
+                               "XFAIL": "xfailed"}
+_FAILING = {"failed", "error"}
+
+
+# The harness's own runner, inside the repository, per parser: the agent's changes to it
+# are dropped like changes to test files (a patched runner would print what it likes).
+# A gold patch that needs one of these cannot be graded, and `tasks validate` says so.
+RUNNER_PATHS: dict[str, tuple[str, ...]] = {
+    "parse_log_django": ("tests/runtests.py", "django/test/"),
+    "parse_log_sympy": ("bin/test", "sympy/testing/"),
+}
+
+
+def runner_paths(log_parser: str | None) -> tuple[str, ...]:
+    return RUNNER_PATHS.get(log_parser or "", ())
+
+
+class HarnessError(RuntimeError):
+    """The task's harness cannot be used here (unknown parser, swebench missing)."""
+
+
+@lru_cache(maxsize=None)
+def parser(name: str) -> Callable[[str, Any], dict[str, str]]:
+    """swebench's log parser registered as ``name``."""
+    try:
+        from swebench.harness.log_parsers import PARSER_REGISTRY
+    except ImportError as exc:
+        raise HarnessError(f"grading with log parser {name!r} needs the swebench package "
+                           f"(pip install 'swe-openenv[datasets]'): {exc}") from None
+    try:
+        return PARSER_REGISTRY[name]
+    except KeyError:
+        raise HarnessError(f"unknown log parser {name!r} (swebench knows {len(PARSER_REGISTRY)}, "
+                           f"e.g. parse_log_pytest, parse_log_django, parse_log_sympy)") from None
+
+
+def parse_log(name: str, log: str) -> dict[str, Outcome]:
+    """``{test id: outcome}`` as the dataset's parser reads ``log``."""
+    raw = parser(name)(log, None)
+    return {test: _STATUS.get(str(status).upper(), "failed") for test, status in raw.items()}
+
+
+def _line_results(name: str, log: str, tests: set[str]) -> dict[str, set[Outcome]]:
+    """Every result each required test gets from any single line of the log."""
+    fn = parser(name)
+    seen: dict[str, set[Outcome]] = {}
+    for line in log.splitlines():
+        if not any(t.split(" ", 1)[0].rsplit("::", 1)[-1] in line for t in tests):
+            continue
+        try:
+            found = fn(line, None)
+        except Exception:  # a parser that needs more context than one line: no evidence either way
+            continue
+        for test, status in found.items():
+            if test in tests:
+                seen.setdefault(test, set()).add(_STATUS.get(str(status).upper(), "failed"))
+    return seen
+
+
+def check_log(name: str, log: str, report: dict[str, Outcome], summary: dict[str, Any],
+              tests: list[str]) -> list[str]:
+    """Reasons this harness run cannot be trusted (empty: nothing disagrees)."""
+    reasons: list[str] = []
+    exit_code = summary.get("exit_code")
+    failing = [t for t, o in report.items() if o in _FAILING]
+    if exit_code not in (0, None) and not failing:
+        reasons.append(f"the test command exited {exit_code} but its log shows no failing test")
+    required = set(tests)
+    for test, outcomes in sorted(_line_results(name, log, required).items()):
+        if len(outcomes) > 1 and outcomes & _FAILING and outcomes & {"passed", "xfailed"}:
+            reasons.append(f"the log reports {test} both {' and '.join(sorted(outcomes))}")
+    if summary.get("changed_files"):
+        reasons.append("files the tests must not change were changed: " + ", ".join(summary["changed_files"][:10]))
+    return reasons
+
+
+def outcomes(tests: list[str], report: dict[str, Outcome]) -> dict[str, Outcome]:
+    """Each required test's outcome, ``missing`` when the log never names it."""
+    return {t: report.get(t, "missing") for t in tests}
