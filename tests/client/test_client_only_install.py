@@ -58,7 +58,7 @@ def client_venv() -> Path:
     deps = _digest([ROOT / "pyproject.toml"])
     venv = ROOT / ".cache" / "client-venv" / deps
     python = venv / "bin" / "python"
-    sources = _digest([*ROOT.glob("env_client/**/*.py"), *ROOT.glob("env_server/*.py")])
+    sources = _digest([*ROOT.glob("contract/**/*.py"), *ROOT.glob("env_client/**/*.py"), *ROOT.glob("env_server/*.py")])
     venv.parent.mkdir(parents=True, exist_ok=True)
     with open(venv.parent / f"{deps}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent test processes build it once

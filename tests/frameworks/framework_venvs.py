@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 VENVS = ROOT / ".cache" / "framework-venvs"
 READY = ".framework-ready"  # written last: its content (requirements + python) marks a complete venv
 INSTALLED = ".project-digest"  # the digest of the project snapshot installed in the venv
-PROJECT_PARTS = ("pyproject.toml", "README.md", "env_client", "env_server", "sandbox", "trainer_client")
+PROJECT_PARTS = ("pyproject.toml", "README.md", "contract", "env_client", "env_server", "sandbox", "task_factory",
+                 "trainer_client", "verifier")
 PIP_TIMEOUT_S = 480  # under pytest-timeout's 600 s per test: a slow index fails with pip's words
 
 
