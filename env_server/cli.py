@@ -175,14 +175,15 @@ def _setting(key: str) -> FieldInfo:
     return model.model_fields[leaf]
 
 
-def _default(key: str) -> Any:
-    value: Any = ServerConfig()
+def _default(defaults: ServerConfig, key: str) -> Any:
+    value: Any = defaults
     for part in key.split("."):
         value = getattr(value, part)
     return value.value if isinstance(value, Enum) else value
 
 
 def _add_flags(serve: argparse.ArgumentParser) -> None:
+    defaults = ServerConfig()
     for flag, key, extra in _FLAGS:
         field = _setting(key)
         kwargs = dict(extra)
@@ -192,7 +193,7 @@ def _add_flags(serve: argparse.ArgumentParser) -> None:
         if choices and "action" not in kwargs:
             kwargs["choices"] = list(choices)
         text = (field.description or "").rstrip(".")
-        where = f"default: {_default(key)}; setting {key}"
+        where = f"default: {_default(defaults, key)}; setting {key}"
         kwargs["help"] = f"{text} ({where})" if text else where
         serve.add_argument(flag, default=None, **kwargs)
 
