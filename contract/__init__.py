@@ -8,20 +8,22 @@ the verifier, the client library and the trainer import it; it imports none of t
 """
 
 from .actions import (TOOL_ARGS, TOOL_DESCRIPTIONS, TOOL_SPECS, Action, BashArgs, CallToolAction, CreateArgs,
-                      ListToolsAction, StrReplaceArgs, SubmitArgs, ToolName, ToolSpec, ViewArgs, tool_docstring)
+                      ListToolsAction, StrReplaceArgs, SubmitArgs, ToolName, ToolSpec, ViewArgs, policy_tools,
+                      tool_docstring)
 from .errors import (AGENT_HINT_KEYS, ERROR_KIND_TABLE, HINT_KEYS, ErrorCode, ErrorData, ErrorKind, ErrorKindSpec,
                      ErrorSource, SuspicionReason)
 from .frames import (MUX_SUBPROTOCOL, PROTOCOL_VERSION, MuxReply, MuxReplyType, MuxRequest, MuxRequestType, ResetParams,
                      StateParams, WsReply, WsReplyType, WsRequest, WsRequestType, compact_json)
 from .observations import ChatMessage, EpisodeState, NextAction, StateRecord, SWEObservation
-from .rendering import AssistantTurn, ContextSpec, format_tool_output, render_context
+from .rendering import DEFAULT_PROMPT, AssistantTurn, ContextSpec, format_tool_output, render_context
 
 __all__ = [
-    "AGENT_HINT_KEYS", "Action", "AssistantTurn", "BashArgs", "CallToolAction", "ChatMessage", "ContextSpec",
+    "AGENT_HINT_KEYS", "Action", "DEFAULT_PROMPT", "AssistantTurn", "BashArgs", "CallToolAction", "ChatMessage", "ContextSpec",
     "CreateArgs", "ERROR_KIND_TABLE", "EpisodeState", "ErrorCode", "ErrorData", "ErrorKind", "ErrorKindSpec",
     "ErrorSource", "HINT_KEYS", "ListToolsAction", "MUX_SUBPROTOCOL", "MuxReply", "MuxReplyType", "MuxRequest",
     "MuxRequestType", "NextAction", "PROTOCOL_VERSION", "ResetParams", "SWEObservation",
     "StateParams", "StateRecord", "StrReplaceArgs", "SubmitArgs", "SuspicionReason", "TOOL_ARGS", "TOOL_DESCRIPTIONS",
     "TOOL_SPECS", "ToolName", "ToolSpec", "ViewArgs", "WsReply", "WsReplyType", "WsRequest",
-    "WsRequestType", "compact_json", "format_tool_output", "render_context", "tool_docstring",
+    "WsRequestType", "compact_json", "format_tool_output", "policy_tools", "render_context",
+    "tool_docstring",
 ]

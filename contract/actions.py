@@ -120,6 +120,39 @@ TOOL_SPECS: list[ToolSpec] = [
 ]
 
 
+def _arg_description(info: Any, field: str) -> str:
+    text = (info.description or field).rstrip(".")
+    return f"{text[:1].upper()}{text[1:]}."
+
+
+_JSON_TYPES = {str: "string", float: "number", int: "integer", bool: "boolean"}
+
+
+def policy_tools() -> list[dict[str, Any]]:
+    """The tool schemas a policy is shown, in OpenAI's function format: exactly what a trainer's
+    TRL ``environment_factory`` presents (transformers' ``get_json_schema`` of methods documented
+    with ``tool_docstring``, in TRL's alphabetical order), built here without transformers so an
+    evaluation shows a model the tools it was trained with."""
+    tools = []
+    for name in sorted(TOOL_ARGS):
+        properties, required = {}, []
+        for field, info in TOOL_ARGS[name].model_fields.items():
+            kinds = [a for a in getattr(info.annotation, "__args__", (info.annotation,)) if a is not type(None)]
+            prop: dict[str, Any] = {"type": _JSON_TYPES[kinds[0]]}
+            if len(kinds) < len(getattr(info.annotation, "__args__", (info.annotation,))):
+                prop["nullable"] = True
+            prop["description"] = _arg_description(info, field)
+            properties[field] = prop
+            if info.is_required():
+                required.append(field)
+        parameters: dict[str, Any] = {"type": "object", "properties": properties}
+        if required:
+            parameters["required"] = required
+        tools.append({"type": "function", "function": {"name": name, "description": TOOL_DESCRIPTIONS[name],
+                                                       "parameters": parameters, "return": {"type": "string"}}})
+    return tools
+
+
 def tool_docstring(name: str) -> str:
     """A Google-style docstring for a client-side method implementing tool ``name``.
 
@@ -131,6 +164,5 @@ def tool_docstring(name: str) -> str:
     if model.model_fields:
         lines += ["", "Args:"]
         for field, info in model.model_fields.items():
-            text = (info.description or field).rstrip(".")
-            lines.append(f"    {field}: {text[:1].upper()}{text[1:]}.")
+            lines.append(f"    {field}: {_arg_description(info, field)}")
     return "\n".join(lines) + "\n"

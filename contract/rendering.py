@@ -13,6 +13,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from .observations import ChatMessage
 
 
+#: The user message a policy's episode starts with (the issue follows it): the trainer's default
+#: (`data.prompt`) and the evaluator's, so an evaluation asks what training optimized.
+DEFAULT_PROMPT = (
+    "You are working in a Python repository at /workspace. Fix the issue below using the tools "
+    "(bash, view, str_replace, create); when the fix is done, call submit.\n\nIssue:\n"
+)
+
+
 class ContextSpec(BaseModel):
     """How a client presents the episode to its policy; sent with ``reset``, kept in the trace.
 

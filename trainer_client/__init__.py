@@ -7,7 +7,8 @@
   (pair_preference.py: DPO/SimPO on teacher pairs), combined by compose.py and mixin.py;
 - replay/: teachers replaying frozen traces into the pairs channel 3 trains on (offline, or in
   the background of a run: replay/during_training.py);
-- cli.py: `trainer-client train|warmstart|ablate|replay` (`replay`'s options: replay/cli.py),
+- cli.py: `trainer-client train|warmstart|ablate|replay|evaluate|tasks` (`replay`'s options: replay/cli.py;
+  `evaluate` and `tasks`: evaluation/cli.py),
   the only modules that turn errors into exit codes; warmstart.py, ablate.py, memory_estimate.py
   (`--dry-run`) and tiny_qwen.py (the CPU smoke model) are library code behind the commands.
 """

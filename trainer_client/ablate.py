@@ -44,6 +44,7 @@ __all__ = ["ARMS", "Arm", "ArmSummary", "RunResult", "Spread", "ablate", "aggreg
 RUN_RECORD = "ablate.json"  # per run: arm, seed, overrides, command, resolved config, status
 LOG = "train.log"
 BASELINE = "grpo"
+HELD_OUT_KEY = "eval/resolved_rate"  # held-out evaluation during training (trainer_client/eval_during_training.py)
 SPEND_KEY = "replay/spent_usd"  # the replay loop's cumulative teacher spend (trainer_client/replay/during_training.py)
 CHANNEL_MEANS = ("channels/alpha", "channels/beta")
 CHANNEL_SUMS = ("channels/pairs", "channels/error_sites", "channels/sdpo_tokens")
@@ -113,6 +114,8 @@ class RunResult:
     error: str = ""  # why it failed, then the log tail
     final_reward: float | None = None  # filled by `aggregate` (mean over the final window)
     final_pass_rate: float | None = None
+    held_out_start: float | None = None  # eval/resolved_rate before the first step (`--held-out`)
+    held_out_final: float | None = None  # ... and after the last
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -146,6 +149,10 @@ def read_run(run_dir: Path, arm: str, seed: int, max_steps: int) -> RunResult:
         vals = [v for s in steps if (v := _number(by_step[s].get(key))) is not None]
         if vals:
             res.channels[key] = statistics.fmean(vals) if key in CHANNEL_MEANS else float(sum(vals))
+    evals = sorted((int(r["step"]), v) for r in rows if "step" in r and (v := _number(r.get(HELD_OUT_KEY))) is not None)
+    if evals:
+        res.held_out_start = evals[0][1] if evals[0][0] == 0 else None
+        res.held_out_final = evals[-1][1] if evals[-1][0] >= max_steps else None
     spend = [v for s in steps if (v := _number(by_step[s].get(SPEND_KEY))) is not None]
     res.spend_usd = spend[-1] if spend else None
     if res.status == "failed":
@@ -359,6 +366,9 @@ class ArmSummary:
     spend_usd: float | None
     curve: list[dict[str, Any]]  # per step: step, reward Spread, pass_rate Spread
     notes: list[str] = field(default_factory=list)
+    held_out_start: Spread = field(default_factory=Spread)  # held-out resolved rate before training (--held-out)
+    held_out_final: Spread = field(default_factory=Spread)  # ... after the last step
+    delta_held_out: float | None = None  # final held-out mean minus the `grpo` arm's
 
 
 def _window_mean(values: list[float | None], window: int) -> float | None:
@@ -388,12 +398,15 @@ def aggregate(runs: list[RunResult], window: int, baseline: str = BASELINE) -> l
             notes.append("channel 3 received no pairs in any finished run: this arm measured no replay")
         summaries.append(ArmSummary(arm, len(mine), len(ok), Spread.of([r.final_reward for r in ok]),
                                     Spread.of([r.final_pass_rate for r in ok]), None, None, channels,
-                                    statistics.fmean(spend) if spend else None, curve, notes))
+                                    statistics.fmean(spend) if spend else None, curve, notes,
+                                    Spread.of([r.held_out_start for r in ok]),
+                                    Spread.of([r.held_out_final for r in ok])))
     base = next((s for s in summaries if s.arm == baseline), None)
     for s in summaries:
         if base is not None and s is not base:
             s.delta_reward = _diff(s.final_reward.mean, base.final_reward.mean)
             s.delta_pass_rate = _diff(s.final_pass_rate.mean, base.final_pass_rate.mean)
+            s.delta_held_out = _diff(s.held_out_final.mean, base.held_out_final.mean)
     return summaries
 
 
@@ -419,6 +432,10 @@ def arms_table(summaries: list[ArmSummary]) -> str:
              s.final_pass_rate.text(), _fmt(s.delta_pass_rate, signed=True),
              _fmt(s.channels.get("channels/alpha"), "g"), _fmt(s.channels.get("channels/beta"), "g"),
              _fmt(s.channels.get("channels/pairs"), "g"), _fmt(s.spend_usd, ".2f")] for s in summaries]
+    if any(s.held_out_final.n for s in summaries):  # --held-out: the measure that counts, on unseen tasks
+        head[6:6] = ["held-out resolved: before", "after", f"Δ vs {BASELINE}"]
+        for s, row in zip(summaries, rows):
+            row[6:6] = [s.held_out_start.text(), s.held_out_final.text(), _fmt(s.delta_held_out, signed=True)]
     return _md_table(head, rows)
 
 
@@ -565,6 +582,10 @@ def ablate(args: argparse.Namespace) -> list[RunResult]:
 
     if args.max_usd is not None:
         args.overrides = list(args.overrides) + [f"replay.max_total_usd={args.max_usd}"]
+    if getattr(args, "held_out", None):  # every run is evaluated on the held-out tasks before and after training
+        if not Path(args.held_out).is_file():
+            raise RunSetupError(f"--held-out {args.held_out}: no such task file")
+        args.overrides = list(args.overrides) + [f"eval.tasks={Path(args.held_out).resolve()}"]
     base = resolve_config(args.config, args.overrides, env_urls=args.env_url, tasks=args.tasks,
                           max_steps=args.max_steps, env_token=args.env_token)
     max_steps = args.max_steps if args.max_steps is not None else int(base.grpo.get("max_steps", -1))
@@ -585,6 +606,7 @@ def ablate(args: argparse.Namespace) -> list[RunResult]:
                 "arms": ",".join(a.name for a in args.arms), "seeds": ",".join(map(str, args.seeds)),
                 "steps": max_steps, "alpha (where on)": alpha, "beta (where on)": beta,
                 "teacher USD ceiling per run": "none" if math.isinf(ceiling) else ceiling,
+                "held-out tasks": getattr(args, "held_out", None) or "none",
                 "overrides": " ".join(args.overrides) or "none"}
     paths = write_report(out, runs, summaries, settings, window)
     print(f"\n{arms_table(summaries)}\n")

@@ -1,4 +1,4 @@
-"""`trainer-client`: GRPO training against env server replicas, warm start, and `replay`.
+"""`trainer-client`: GRPO training against env server replicas, warm start, `replay` and `evaluate`.
 
     trainer-client train --config trainer_client/configs/cpu_smoke.yaml \\
         --env-url http://127.0.0.1:8000 --set grpo.max_steps=3
@@ -19,10 +19,13 @@ and also runnable alone as `python -m trainer_client.replay`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 import sys
+from collections.abc import Iterator
 
 from env_client import TOKEN_ENV, EnvAuthError, NoLiveReplicaError, split_token
+from evaluation import EvaluationError, TaskSetError
 from trainer_client.ablate import ARMS, Arm, ablate
 from trainer_client.config import RunConfig
 from trainer_client.run import RunSetupError, resolve_config, train
@@ -157,6 +160,10 @@ def _add_ablate(sub: argparse._SubParsersAction) -> None:
                    help="teacher spend ceiling of every replay run (replay.max_total_usd)")
     p.add_argument("--window", type=int, metavar="K",
                    help="final window: the last K logged steps of each run (default: a quarter of the steps, >= 1)")
+    p.add_argument("--held-out", metavar="FILE",
+                   help="held-out task file (no repository shared with --tasks: `trainer-client tasks split`): every "
+                   "run evaluates its policy there before and after training (eval.tasks); the report adds the "
+                   "held-out resolved rate per arm, the measure that counts")
     p.add_argument("--force", action="store_true", help="rerun finished runs too")
     p.add_argument("--timeout-s", type=float, metavar="S", help="stop a run after S seconds (a failed run)")
     p.add_argument("--launcher", default=shlex.quote(sys.executable), metavar="CMD",
@@ -179,7 +186,22 @@ def build_parser() -> argparse.ArgumentParser:
     from trainer_client.replay.cli import add_subcommands as _add_replay
 
     _add_replay(sub)
+    from evaluation.cli import add_subcommands as _add_evaluation
+
+    _add_evaluation(sub, serve_checkpoint=_serve_checkpoint)
     return parser
+
+
+@contextlib.contextmanager
+def _serve_checkpoint(checkpoint: str, args: argparse.Namespace) -> Iterator[tuple[str, str]]:
+    """`evaluate --model DIR`: the checkpoint behind a local OpenAI-compatible server (the local
+    teachers' machinery: `transformers serve` on the CPU, `--serve vllm` on a GPU)."""
+    from trainer_client.replay.local import LocalServeOptions, LocalTeachers
+
+    options = LocalServeOptions(serve=args.serve, device=args.device, max_concurrency=args.concurrency)
+    with LocalTeachers([checkpoint], options) as local:
+        server = local.servers[0]
+        yield server.base_url, server.model
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
@@ -233,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except RunSetupError as exc:
+    except (RunSetupError, EvaluationError, TaskSetError) as exc:
         print(f"trainer-client {args.command}: error: {exc}", file=sys.stderr)
         return 1
     except (EnvAuthError, NoLiveReplicaError) as exc:

@@ -9,6 +9,8 @@
     hardware: {device_memory_gb, num_devices, sharding, accelerate_config, prompt_tokens, ...}:
             what `--dry-run` checks the memory estimate against (trainer_client/memory_estimate.py)
     output: {metrics_jsonl, plot}
+    eval:   {tasks, every_steps, samples, ...}: held-out evaluation during training
+            (trainer_client/eval_during_training.py), optional
 
 Overrides are dotted `key=value` pairs (`grpo.max_steps=3`, `env.urls=[...]`), values
 parsed as YAML.
@@ -22,18 +24,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contract import DEFAULT_PROMPT
 from contract.overrides import apply_overrides, read_yaml_mapping
 from env_client import ClientConfig
 
-__all__ = ["RunConfig", "apply_overrides", "build_grpo_config", "build_loss_config", "build_peft_config",
+__all__ = ["EvalSection", "RunConfig", "apply_overrides", "build_grpo_config", "build_loss_config", "build_peft_config",
            "load_config"]
 
 TINY_MODEL = "tiny-qwen"
 OFFLINE_TOKENIZER = "qwen-offline"
-DEFAULT_PROMPT = (
-    "You are working in a Python repository at /workspace. Fix the issue below using the tools "
-    "(bash, view, str_replace, create); when the fix is done, call submit.\n\nIssue:\n"
-)
 
 
 class _Section(BaseModel):
@@ -115,6 +114,22 @@ class LiveReplaySection(_Section):
     states_per_episode: int = Field(4, gt=0, description="gated states replayed per episode (error sites first)")
 
 
+class EvalSection(_Section):
+    """The run config's `eval` section: held-out evaluation during training (off without `tasks`)."""
+
+    tasks: str | None = Field(None, description="held-out task file (served by the env replicas); None: no evaluation")
+    every_steps: int = Field(0, ge=0, description="evaluate every N optimizer steps (0: only before and after)")
+    at_start: bool = Field(True, description="evaluate the initial policy before the first step (the baseline)")
+    at_end: bool = Field(True, description="evaluate the final policy after the last step")
+    samples: int = Field(1, ge=1, description="episodes per task")
+    concurrency: int = Field(4, ge=1, description="episodes at a time (generation is one at a time)")
+    max_turns: int = Field(10, gt=0)
+    max_episode_s: float = Field(900.0, gt=0)
+    max_new_tokens: int = Field(256, gt=0, description="tokens generated per turn")
+    temperature: float = Field(0.0, ge=0, description="0: greedy")
+    max_attempts: int = Field(3, ge=1, description="attempts of an episode lost to infrastructure")
+
+
 class RunConfig(_Section):
     model: ModelSection = Field(default_factory=ModelSection)
     env: EnvSection = Field(default_factory=EnvSection)
@@ -125,6 +140,7 @@ class RunConfig(_Section):
     hardware: HardwareSection = Field(default_factory=HardwareSection)
     output: OutputSection = Field(default_factory=OutputSection)
     replay: LiveReplaySection = Field(default_factory=LiveReplaySection)
+    eval: EvalSection = Field(default_factory=EvalSection)
 
     def task_rows(self) -> list[dict[str, Any]]:
         """The records of the task file (data.tasks: JSON list or JSONL)."""
@@ -149,6 +165,9 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
         tasks = (raw.get("data") or {}).get("tasks")
         if tasks and not Path(tasks).is_absolute():
             raw["data"]["tasks"] = str((Path(path).parent / tasks).resolve())
+        held_out = (raw.get("eval") or {}).get("tasks")
+        if held_out and not Path(held_out).is_absolute():
+            raw["eval"]["tasks"] = str((Path(path).parent / held_out).resolve())
         accel = (raw.get("hardware") or {}).get("accelerate_config")
         if accel and not Path(accel).is_absolute():
             raw["hardware"]["accelerate_config"] = str((Path(path).parent / accel).resolve())

@@ -13,7 +13,7 @@ from transformers import TrainerCallback
 __all__ = ["MetricsCallback", "plot_metrics", "quiet_progress"]
 
 #: what the stdout line shows first (when present), then loss channels and error kinds
-HEADLINE = ("reward", "reward_std", "env/pass_rate", "env/reward_hacking", "env/suspicious_submissions", "loss",
+HEADLINE = ("eval/resolved_rate", "reward", "reward_std", "env/pass_rate", "env/reward_hacking", "env/suspicious_submissions", "loss",
             "tools/call_frequency", "tools/failure_frequency", "env/error_sites_per_rollout", "env/infra_failures")
 
 
@@ -91,7 +91,7 @@ def plot_metrics(jsonl: str | Path, png: str | Path, keys: tuple[str, ...] | Non
     import matplotlib.pyplot as plt
 
     rows = [json.loads(l) for l in Path(jsonl).read_text().splitlines() if l.strip()] if Path(jsonl).exists() else []
-    rows = [r for r in rows if "reward" in r or "loss" in r]
+    rows = [r for r in rows if "reward" in r or "loss" in r or "eval/resolved_rate" in r]
     if not rows:
         return None
     available = sorted({k for r in rows for k in r if k != "step"})

@@ -122,12 +122,26 @@ def train(cfg: RunConfig, resume: bool = False):
         if grpo.process_index == 0:
             capacity = env_cls.runtime.run(env_cls.runtime.pool.capacity())
             print(capacity_report(capacity, grpo, cfg.env.client.capacity_wait_s), flush=True)
+        callbacks = [MetricsCallback(jsonl)]
+        held_out = None
+        if cfg.eval.tasks:
+            from trainer_client.eval_during_training import HeldOutEvalCallback
+
+            held_out = HeldOutEvalCallback(cfg.eval, cfg.env.urls, cfg.env.client, grpo.output_dir,
+                                           cfg.data.prompt, cfg.env.max_output_chars)
+            callbacks.insert(0, held_out)  # its eval/* metrics join the step's record before it is written
         trainer = SweGRPOTrainer(
             model=model_path(cfg), processing_class=load_tokenizer(cfg), args=grpo,
             train_dataset=Dataset.from_list(rows), environment_factory=env_cls, loss_config=loss_config,
-            callbacks=[MetricsCallback(jsonl)], peft_config=build_peft_config(cfg),
+            callbacks=callbacks, peft_config=build_peft_config(cfg),
             live_replay=live, live_pairs=cfg.replay.enabled,
         )
+        if held_out is not None:
+            if trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled:
+                raise RunSetupError("eval.tasks (held-out evaluation during training) generates on the main "
+                                    "process only, which a sharded model (FSDP, DeepSpeed) cannot do: evaluate the "
+                                    "saved checkpoints with `trainer-client evaluate --model CHECKPOINT` instead")
+            held_out.trainer = trainer
         quiet_progress(trainer)  # one short line per step (MetricsCallback), not the raw log dicts too
         if grpo.process_index == 0:  # the run's resolved config (secrets masked), next to its metrics
             Path(grpo.output_dir).mkdir(parents=True, exist_ok=True)

@@ -87,6 +87,30 @@ def test_table_numbers_match_hand_computation(tmp_path):
     assert paths["png"].stat().st_size > 10_000
 
 
+def test_held_out_before_and_after_per_arm(tmp_path):
+    """--held-out: each run's eval/resolved_rate records (before step 1 and after the last step) become
+    the arm's held-out columns, with the delta against grpo; a run without its final evaluation has none."""
+    out = tmp_path / "abl"
+    for arm, seed, before, after in (("grpo", 0, 0.25, 0.5), ("grpo", 1, 0.25, 0.25),
+                                     ("grpo+hints", 0, 0.25, 0.75), ("grpo+hints", 1, 0.25, None)):
+        _write_run(out / arm / f"seed{seed}", [0.0, 1.0], [0.0, 1.0])
+        evals = [{"step": 0, "eval/resolved_rate": before, "eval/scored": 4}]
+        if after is not None:
+            evals.append({"step": 2, "eval/resolved_rate": after, "eval/scored": 4})
+        with (out / arm / f"seed{seed}" / "metrics.jsonl").open("a") as f:
+            f.writelines(json.dumps(e) + "\n" for e in evals)
+    runs = [read_run(out / arm / f"seed{s}", arm, s, max_steps=2) for arm in ("grpo", "grpo+hints") for s in (0, 1)]
+    assert [(r.held_out_start, r.held_out_final) for r in runs] == [(0.25, 0.5), (0.25, 0.25), (0.25, 0.75),
+                                                                   (0.25, None)]
+    grpo, hints = aggregate(runs, window=1)
+    assert grpo.held_out_final.mean == 0.375 and hints.held_out_final.mean == 0.75 and hints.held_out_final.n == 1
+    assert hints.delta_held_out == pytest.approx(0.375) and grpo.delta_held_out is None
+    md = write_report(out, runs, [grpo, hints], {"config": "c.yaml"}, window=1)["md"].read_text()
+    assert "held-out resolved: before | after" in md
+    assert "| 0.250 ± 0.000 [0.250, 0.250] | 0.375 ± 0.177 [0.250, 0.500] | — |" in md
+    assert "| 0.750 [0.750, 0.750] | +0.375 |" in md
+
+
 def test_failed_run_is_shown_failed_with_its_log_tail_and_left_out_of_the_means(tmp_path):
     out = tmp_path / "abl"
     _write_run(out / "grpo/seed0", [0.0, 1.0], [0.0, 1.0])

@@ -7,7 +7,8 @@
   env_server  task_factory        (serving; mining, building, importing, validating)
 
     env_client -> contract        (the client library: the wire contract only)
-    trainer_client -> env_client, contract
+    evaluation -> env_client, contract               (any model as an agent; torch-free)
+    trainer_client -> evaluation, env_client, contract
 
 Every import counts, including those inside functions: a lazy import is still a dependency.
 """
@@ -25,7 +26,8 @@ ALLOWED: dict[str, set[str]] = {
     "env_server": {"contract", "sandbox", "verifier"},
     "task_factory": {"contract", "sandbox", "verifier"},
     "env_client": {"contract"},
-    "trainer_client": {"contract", "env_client"},
+    "evaluation": {"contract", "env_client"},
+    "trainer_client": {"contract", "env_client", "evaluation"},
 }
 
 
