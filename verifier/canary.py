@@ -14,6 +14,13 @@ process's arguments or its environment says so).
 
 When no required test can be varied (no top-level assertion, unparsable source), a synthetic
 must-fail test named like the module's tests stands in.
+
+Every other required test is renamed too, unless renaming could break the suite: the grader also
+reads the files around the test modules (``support_pathspecs``: their folders' modules, the
+conftests and ``__init__``s above them, the modules they import), and a test keeps its name when
+one of those uses it by name, could build its name (``getattr(self, "test_" + x)``), or derives
+from or imports a class holding it (``_keeps_name``). No fresh name is a word of any file read or
+a required test's name, so none shadows a test inherited from a mixin in another file.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import posixpath
 import re
 import secrets
 import string
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -201,8 +209,10 @@ def _assertions(fn: ast.FunctionDef) -> list[int]:
 
 
 # -- names ----------------------------------------------------------------------------------------
-def _name_like(existing: set[str], rng: secrets.SystemRandom) -> str:
-    """A fresh ``test_...`` name made of the words of the module's own test names."""
+def _name_like(existing: set[str], rng: secrets.SystemRandom,
+               avoid: set[str] | frozenset[str] = frozenset()) -> str:
+    """A fresh ``test_...`` name made of the words of the module's own test names (``existing``),
+    none of ``existing`` or ``avoid`` (every name the files the grader read use)."""
     names = sorted(n for n in existing if n.startswith("test"))
     words = sorted({w for n in names for w in n.split("_")[1:] if w and w.isidentifier()}) or ["case", "check"]
     lengths = [max(1, len([w for w in n.split("_")[1:] if w])) for n in names] or [2]
@@ -211,9 +221,182 @@ def _name_like(existing: set[str], rng: secrets.SystemRandom) -> str:
         name = "test_" + "_".join(rng.choice(words) for _ in range(k))
         if attempt > 100:
             name += str(rng.randrange(2, 99))
-        if name not in existing and name.isidentifier():
+        if name not in existing and name not in avoid and name.isidentifier():
             return name
     raise RuntimeError("no fresh test name")  # unreachable in practice
+
+
+# -- the rest of the suite ------------------------------------------------------------------------
+_WORD = re.compile(r"\w+")  # what ``\bname\b`` counts: a name is a whole run of word characters
+_DEFINED = re.compile(r"\b(?:def|class)\s+(\w+)")
+MIN_PREFIX = 4  # the shortest literal head a test name may be built from at run time ("test", "test_")
+
+
+def _base_name(node: ast.expr) -> str | None:
+    while isinstance(node, ast.Subscript):  # Generic[T], Base[int]
+        node = node.value
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def _borrowed(tree: ast.AST) -> set[str]:
+    """The classes a file derives from (``class X(Base)``, ``type("X", (Base,), {})``) or imports by
+    name (``from test_a import TestA``: pytest collects an imported test class where it lands)."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        bases: list[ast.expr] = []
+        if isinstance(node, ast.ClassDef):
+            bases = node.bases
+        elif isinstance(node, ast.ImportFrom):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type" \
+                and len(node.args) == 3 and isinstance(node.args[1], (ast.Tuple, ast.List)):
+            bases = node.args[1].elts
+        out.update(n for n in map(_base_name, bases) if n)
+    return out
+
+
+# The literal head of a string built at run time: ``"test_" + x``, ``"test_%s" % x``, ``f"test_{x}"``,
+# ``"test_{}".format(x)``; a test whose name starts with it may be looked up by a built name
+# (``getattr(self, "test_" + x)``). Read from the text: a comment saying so counts too.
+_BUILT_HEAD = re.compile(r"""(["'])([A-Za-z_]\w*)(?=[%{]|\1\s*[+%])""")
+_STAR = re.compile(r"\bfrom\s+\.*([\w.]*)\s+import\s+\*")
+
+
+class _Scope:
+    """Every file the grader read: the required test modules, and the conftests, package
+    ``__init__``s, helpers and other test modules around them. A test is renamed only where no
+    other file could miss it by its old name, and no fresh name is one of theirs (a fresh name
+    that is also an inherited test's or helper's would shadow it)."""
+
+    def __init__(self, texts: dict[str, str], tests: list[str]) -> None:
+        self.texts = texts
+        self.uses: dict[str, Counter[str]] = {}  # path -> names it uses (definitions not counted)
+        self.stars: dict[str, set[str]] = {}  # path -> modules it star-imports (last dotted part)
+        self.heads: set[str] = set()  # literal heads of names built at run time, in any file
+        self._borrowed: dict[str, set[str]] = {}  # path -> classes it derives from or imports (parsed lazily)
+        # names a fresh name must not take: every word of every file read, every required test's name
+        self.taken: set[str] = {function_id(t).rsplit("::", 1)[-1] for t in tests if "::" in t}
+        for path, text in texts.items():
+            words = Counter(_WORD.findall(text))
+            self.taken.update(words)
+            words.subtract(_DEFINED.findall(text))  # a same-named definition of its own is no use of ours
+            self.uses[path] = words
+            self.stars[path] = {m.rsplit(".", 1)[-1] for m in _STAR.findall(text)}
+            self.heads.update(h for _, h in _BUILT_HEAD.findall(text) if len(h) >= MIN_PREFIX)
+
+    def used_outside(self, path: str, name: str) -> bool:
+        return any(words[name] > 0 for other, words in self.uses.items() if other != path)
+
+    def borrowed_outside(self, path: str, classes: set[str]) -> bool:
+        for other, words in self.uses.items():
+            if other == path or not any(words[c] > 0 for c in classes):
+                continue  # a file that never names the class cannot derive from it or import it
+            if other not in self._borrowed:
+                try:
+                    self._borrowed[other] = _borrowed(ast.parse(self.texts[other]))
+                except (SyntaxError, ValueError):  # cannot be imported either
+                    self._borrowed[other] = set()
+            if classes & self._borrowed[other]:
+                return True
+        return False
+
+    def star_imported(self, path: str) -> bool:
+        stem = posixpath.basename(path).removesuffix(".py")
+        return any(stem in stars for other, stars in self.stars.items() if other != path)
+
+    def built(self, name: str) -> bool:
+        return any(name != head and name.startswith(head) for head in self.heads)
+
+
+def _holders(tree: ast.Module) -> dict[int, set[str]]:
+    """id(function) -> the module's classes that have it as a method: the class defining it and every
+    class of the module deriving from that one."""
+    classes = [n for n in _defs(tree.body) if isinstance(n, ast.ClassDef)]
+    derived: dict[str, set[str]] = {}
+    for c in classes:
+        derived[c.name] = {c.name}
+    grown = True
+    while grown:
+        grown = False
+        for c in classes:
+            for base in map(_base_name, c.bases):
+                if base in derived and c.name != base and not derived[c.name] <= derived[base]:
+                    derived[base] |= derived[c.name]
+                    grown = True
+    out: dict[int, set[str]] = {}
+    for c in classes:
+        for node in ast.walk(c):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out.setdefault(id(node), set()).update(derived[c.name])
+    return out
+
+
+def _keeps_name(path: str, source: str, holders: dict[int, set[str]], fns: list[ast.FunctionDef],
+                scope: _Scope) -> bool:
+    """True when renaming the test ``fns`` define could break the suite: its name is used elsewhere in
+    its module or in another file read, or could be built at run time; another file derives from or
+    imports a class holding it, or star-imports its module (the test would vanish there)."""
+    name = fns[0].name
+    if len(re.findall(r"\b%s\b" % re.escape(name), source)) != len(fns):
+        return True
+    if scope.used_outside(path, name) or scope.built(name) or scope.star_imported(path):
+        return True
+    classes = set().union(*(holders.get(id(fn), set()) for fn in fns))
+    return bool(classes) and scope.borrowed_outside(path, classes)
+
+
+def _import_stems(folder: str, tree: ast.AST) -> list[str]:
+    """Paths (no suffix) where the modules a test module imports may be in the repository."""
+    def absolute(stem: str) -> list[str]:
+        return [stem, "src/" + stem] + ([folder + "/" + stem] if folder else [])
+
+    out: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                out += absolute(alias.name.replace(".", "/"))
+        elif isinstance(node, ast.ImportFrom):
+            names = [a.name for a in node.names if a.name != "*"]
+            if node.level:
+                base = folder
+                for _ in range(node.level - 1):
+                    base = posixpath.dirname(base)
+                stem = posixpath.join(base, *node.module.split(".")) if node.module else base
+                out += [s for s in [stem] + [posixpath.join(stem, n) for n in names] if s]
+            elif node.module:
+                stem = node.module.replace(".", "/")
+                out += absolute(stem) + [s for n in names for s in absolute(stem + "/" + n)]
+    return out
+
+
+def support_pathspecs(modules: list[str], sources: dict[str, str]) -> list[str]:
+    """git pathspecs of the files besides the required test ``modules`` that may use their tests or
+    classes, or hold their base classes: every Python module in a test module's folder, the
+    conftests and package ``__init__``s from there up to the root, and the modules they import."""
+    def glob_escape(text: str) -> str:
+        return re.sub(r"([*?\[\\])", r"\\\1", text)
+
+    specs: list[str] = []
+    for path in modules:
+        folder = posixpath.dirname(path)
+        specs.append(":(glob)" + (glob_escape(folder) + "/" if folder else "") + "*.py")
+        here = folder
+        while True:
+            specs += [":(literal)" + posixpath.join(here, n) for n in ("conftest.py", "__init__.py")]
+            if not here:
+                break
+            here = posixpath.dirname(here)
+        try:
+            tree = ast.parse(sources.get(path, ""))
+        except (SyntaxError, ValueError):
+            continue
+        for stem in _import_stems(folder, tree):
+            specs += [f":(literal){stem}.py", f":(literal){stem}/__init__.py"]
+    return list(dict.fromkeys(specs))
 
 
 # -- modules --------------------------------------------------------------------------------------
@@ -413,7 +596,7 @@ def _group(fn: ast.FunctionDef, names: Any, pool: dict[type, list[object]], rng:
 
 
 def _vary_module(path: str, source: str, targets: list[_Target], rng: secrets.SystemRandom,
-                 budget: int) -> tuple[str, list[Canary], dict[str, str]] | None:
+                 budget: int, scope: _Scope) -> tuple[str, list[Canary], dict[str, str]] | None:
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -424,6 +607,7 @@ def _vary_module(path: str, source: str, targets: list[_Target], rng: secrets.Sy
     renamed: dict[str, str] = {}
     existing = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     pool = _literals(tree)
+    holders = _holders(tree)
     placed: set[int] = set()
     made = 0
     for target in targets:
@@ -433,7 +617,7 @@ def _vary_module(path: str, source: str, targets: list[_Target], rng: secrets.Sy
         if not fns or any(id(fn) in placed for fn in fns) or any(
                 _UNSAFE.search(ast.unparse(d)) for fn in fns for d in fn.decorator_list):
             continue
-        if len(re.findall(r"\b%s\b" % re.escape(fns[0].name), source)) != len(fns):
+        if _keeps_name(path, source, holders, fns, scope):
             continue  # the test's name is used elsewhere (called, referenced): renaming it would break that
         drawn: list[str] = []
         groups = []
@@ -443,8 +627,9 @@ def _vary_module(path: str, source: str, targets: list[_Target], rng: secrets.Sy
             def names(it: Any = it) -> str:
                 if it is not None:
                     return next(it)
-                n = _name_like(existing, rng)
+                n = _name_like(existing, rng, scope.taken)
                 existing.add(n)
+                scope.taken.add(n)
                 drawn.append(n)
                 return n
 
@@ -477,11 +662,11 @@ def _vary_module(path: str, source: str, targets: list[_Target], rng: secrets.Sy
         if target.fid in renamed:
             continue
         fns = _find(tree, target.qual)
-        if not fns or any(id(fn) in placed for fn in fns) or \
-                len(re.findall(r"\b%s\b" % re.escape(fns[0].name), source)) != len(fns):
+        if not fns or any(id(fn) in placed for fn in fns) or _keeps_name(path, source, holders, fns, scope):
             continue
-        new_name = _name_like(existing, rng)
+        new_name = _name_like(existing, rng, scope.taken)
         existing.add(new_name)
+        scope.taken.add(new_name)
         lines_renamed = []
         for fn in fns:
             line = lines[fn.lineno - 1]
@@ -509,9 +694,10 @@ def _vary_module(path: str, source: str, targets: list[_Target], rng: secrets.Sy
     return new, canaries, renamed
 
 
-def _synthetic(existing: set[str], rng: secrets.SystemRandom) -> tuple[str, str]:
+def _synthetic(existing: set[str], rng: secrets.SystemRandom,
+               avoid: set[str] | frozenset[str] = frozenset()) -> tuple[str, str]:
     """(name, source) of a module-level test that must fail, shaped like an ordinary one."""
-    name = _name_like(existing, rng)
+    name = _name_like(existing, rng, avoid)
     items = sorted(rng.sample(range(100), 4))
     a, b = rng.sample(range(2, 97), 2)
     body = rng.choice((
@@ -522,11 +708,16 @@ def _synthetic(existing: set[str], rng: secrets.SystemRandom) -> tuple[str, str]
     return name, f"def {name}():\n{body}"
 
 
-def plan_canaries(tests: list[str], sources: dict[str, str], prefer: list[str] | None = None) -> CanaryPlan:
+def plan_canaries(tests: list[str], sources: dict[str, str], prefer: list[str] | None = None,
+                  support: dict[str, str] | None = None) -> CanaryPlan:
     """Variants of the required ``tests`` (``prefer``red first: FAIL_TO_PASS), placed in their
     modules (``sources``: path -> text of the modules that can be rewritten); a synthetic
-    must-fail test when none can be varied."""
+    must-fail test when none can be varied. ``support`` (path -> text) holds the other files read
+    (``support_pathspecs``): never rewritten, they say which tests must keep their names and which
+    names are taken."""
     rng = secrets.SystemRandom()
+    scope = _Scope({**(support or {}), **sources}, tests)
+    scope.taken.update(posixpath.basename(p).removesuffix(".py") for p in {**(support or {}), **sources})
     order = list(dict.fromkeys(function_id(t) for t in (prefer or []) + tests))
     by_module: dict[str, list[_Target]] = {}
     for fid in order:
@@ -536,7 +727,7 @@ def plan_canaries(tests: list[str], sources: dict[str, str], prefer: list[str] |
     plan = CanaryPlan()
     budget = MAX_GROUPS
     for path in sorted(by_module, key=lambda p: min(order.index(t.fid) for t in by_module[p])):
-        result = _vary_module(path, sources[path], by_module[path], rng, max(0, budget))
+        result = _vary_module(path, sources[path], by_module[path], rng, max(0, budget), scope)
         if result is None:
             continue
         text, canaries, renamed = result
@@ -555,14 +746,16 @@ def plan_canaries(tests: list[str], sources: dict[str, str], prefer: list[str] |
         except (SyntaxError, ValueError):
             path = None
     if path is not None:
-        name, text = _synthetic(existing | {new.rsplit("::", 1)[1] for new in plan.renamed.values()}, rng)
+        name, text = _synthetic(existing | {new.rsplit("::", 1)[1] for new in plan.renamed.values()}, rng,
+                                scope.taken)
         plan.files[path] = plan.files.get(path, sources[path]).rstrip("\n") + "\n\n\n" + text
     else:
         folder = posixpath.dirname(paths[0]) if paths else ""
         base = posixpath.basename(paths[0])[:-3] if paths else "test_module"
         existing = {base}
-        name, text = _synthetic(existing, rng)
-        path = posixpath.join(folder, _name_like({base, "test_" + base.removeprefix("test_")}, rng) + ".py")
+        name, text = _synthetic(existing, rng, scope.taken)
+        path = posixpath.join(folder, _name_like({base, "test_" + base.removeprefix("test_")}, rng, scope.taken)
+                              + ".py")
         plan.files[path] = text
     plan.canaries.append(Canary(nodeid=f"{path}::{name}", kind="synthetic"))
     return plan

@@ -23,6 +23,7 @@ Identical (normalised) diffs are graded once.
 from __future__ import annotations
 
 import asyncio
+import posixpath
 import secrets
 import shlex
 import time
@@ -38,7 +39,7 @@ from sandbox.models import CommandStatus
 from sandbox.git import shell_git_setup
 
 from . import harness, pytest_log
-from .canary import Canary, plan_canaries
+from .canary import Canary, plan_canaries, support_pathspecs
 from .diffs import diff_key, filter_diff, normalize_diff, touched_paths
 from .junit import PASSING, Outcome
 from .monitor import scan_diff, summarize
@@ -46,7 +47,7 @@ from .runner_config import runner_config
 from .task import TaskInstance
 from .verdict import TESTS_FAILED, RunFacts, tamper_reasons
 
-GRADER_VERSION = "4"  # part of the cache key: a changed grader re-grades
+GRADER_VERSION = "5"  # part of the cache key: a changed grader re-grades
 GradeMode = Literal["resolved", "pass_rate"]
 LOG_TAIL_CHARS = 4000
 
@@ -128,6 +129,8 @@ STAGE_ROOT = "/tmp/.grade"  # the diffs are staged here, applied, and removed be
 MAX_DIFF_BYTES = 4 * 1024 * 1024  # a larger submission is the agent's problem, never the grader's
 OUTPUT_LIMIT = 8 * 1024 * 1024  # of the test run's output kept (head and tail): the summary is at the end
 MAX_WATCHED = 200  # test modules and conftests compared before and after the run
+MAX_SUPPORT_FILES = 300  # files read beside the test modules, to see what uses their tests (canary.py)
+MAX_SUPPORT_BYTES = 8 * 1024 * 1024
 # The graded tree's history looks like the agent's: one commit of the tree, with the template's metadata
 # (identity and git hardening: sandbox/git.py's shell_git_setup, the same as the template's build).
 _REBUILD_GIT = ("rm -rf .git && git init --quiet --initial-branch=main && git config core.logAllRefUpdates false "
@@ -187,13 +190,48 @@ def pytest_command(python: str, selected: list[str]) -> str:
     return f"{python} -m pytest -rA " + " ".join(shlex.quote(t) for t in selected)
 
 
+async def _read_one(sb: Sandbox, path: str) -> bytes | None:
+    try:
+        return await sb.read_file(path)
+    except PathError:
+        return None
+
+
 async def _read_many(sb: Sandbox, paths: list[str]) -> dict[str, bytes | None]:
-    out: dict[str, bytes | None] = {}
-    for path in paths:
-        try:
-            out[path] = await sb.read_file(path)
-        except PathError:
-            out[path] = None
+    return {path: await _read_one(sb, path) for path in paths}
+
+
+def _decoded(files: dict[str, bytes | None]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for path, data in files.items():
+        try:  # a module that is missing or not UTF-8 text is left as it is
+            out[path] = data.decode("utf-8")  # type: ignore[union-attr]
+        except (AttributeError, UnicodeDecodeError):
+            pass
+    return out
+
+
+async def _support(sb: Sandbox, modules: list[str], sources: dict[str, str]) -> dict[str, str]:
+    """The files that may use the required tests from outside their modules, or hold their base classes
+    (``canary.support_pathspecs``), from the pristine tree with ``test_patch``: conftests and package
+    ``__init__``s first, then imported modules, then the other modules beside the tests."""
+    specs = support_pathspecs(modules, sources)
+    res = await sb.run("cd /workspace && git ls-files -co --exclude-standard -z -- "
+                       + " ".join(shlex.quote(s) for s in specs), timeout_s=60)
+    if not res.ok:  # planning then sees the test modules only, as it always can
+        return {}
+    imported = {s.removeprefix(":(literal)") for s in specs if s.startswith(":(literal)")}
+    found = [p for p in dict.fromkeys(res.output.split("\0")) if p.endswith(".py") and p not in sources]
+    found.sort(key=lambda p: (posixpath.basename(p) not in ("conftest.py", "__init__.py"), p not in imported, p))
+    out: dict[str, str] = {}
+    size = 0
+    for path in found[:MAX_SUPPORT_FILES]:
+        text = _decoded({path: await _read_one(sb, path)}).get(path)
+        if text is not None:
+            size += len(text)
+            if size > MAX_SUPPORT_BYTES:
+                break
+            out[path] = text
     return out
 
 
@@ -214,13 +252,9 @@ async def _prepare_pytest(sb: Sandbox, task: TaskInstance, config: SandboxConfig
     if runner.dropped_options:
         await sb.write_file("pytest.ini", runner.ini.encode())
     modules = sorted({t.split("::", 1)[0] for t in task.tests if t.split("::", 1)[0].endswith(".py")})
-    sources: dict[str, str] = {}
-    for path, data in (await _read_many(sb, modules)).items():
-        try:  # a module that is missing or not UTF-8 text is left as it is
-            sources[path] = data.decode("utf-8")  # type: ignore[union-attr]
-        except (AttributeError, UnicodeDecodeError):
-            pass
-    plan = plan_canaries(task.tests, sources, prefer=task.FAIL_TO_PASS)
+    sources = _decoded(await _read_many(sb, modules))
+    support = await _support(sb, modules, sources)
+    plan = plan_canaries(task.tests, sources, prefer=task.FAIL_TO_PASS, support=support)
     for path, text in plan.files.items():
         await sb.write_file(path, text.encode("utf-8"))
     python = (await _run(sb, "command -v python >/dev/null && echo python || echo python3", "find python")).strip()
