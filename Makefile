@@ -45,3 +45,4 @@ bench: setup
 	$(BIN)/python bench/bench_cpu_scoring.py
 	$(BIN)/python bench/bench_grading.py
 	$(BIN)/python bench/bench_image_workspace.py
+	$(BIN)/python bench/bench_evaluate.py

@@ -249,7 +249,8 @@ async def evaluate(config: EvalConfig, policy: Policy, *,
 
         try:
             try:
-                await pool.connect()
+                if todo:  # nothing left to run (a rerun to rewrite the report): no replica needed
+                    await pool.connect()
             except (EnvAuthError, NoLiveReplicaError) as exc:
                 raise EvaluationError(str(exc)) from None
             jobs = [asyncio.create_task(one(t, s)) for t, s in todo]

@@ -1,5 +1,6 @@
 """`pip install -e ".[client]"` alone, into a fresh venv, drives a full episode against
-the real server: no torch, no server, no trainer parts.
+the real server, and runs `trainer-client evaluate` (a model behind an OpenAI-compatible
+endpoint as an agent): no torch, no server, no trainer parts, no matplotlib.
 
 The venv lives under the project's gitignored `.cache/client-venv/<hash of pyproject.toml>`
 (built once per dependency set, under a file lock); the package itself is reinstalled there
@@ -58,7 +59,8 @@ def client_venv() -> Path:
     deps = _digest([ROOT / "pyproject.toml"])
     venv = ROOT / ".cache" / "client-venv" / deps
     python = venv / "bin" / "python"
-    sources = _digest([*ROOT.glob("contract/**/*.py"), *ROOT.glob("env_client/**/*.py"), *ROOT.glob("env_server/*.py")])
+    sources = _digest([*ROOT.glob("contract/**/*.py"), *ROOT.glob("env_client/**/*.py"), *ROOT.glob("env_server/*.py"),
+                       *ROOT.glob("evaluation/**/*.py"), *ROOT.glob("trainer_client/**/*.py")])
     venv.parent.mkdir(parents=True, exist_ok=True)
     with open(venv.parent / f"{deps}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent test processes build it once
@@ -95,3 +97,65 @@ def test_client_extra_alone_runs_a_full_episode(server, tmp_path):
         "parquet": "MissingDependencyError: Parquet export needs pyarrow, which is not installed: "
                    "pip install pyarrow (JSONL export needs nothing)",
         "ws_instance": INSTANCE, "loaded_forbidden": []}
+
+
+# `trainer-client evaluate ARGS...` in-process, then one JSON line: its exit code, which copies ran,
+# and which heavy modules were importable / imported (run with the python of a venv).
+EVALUATE = """
+import importlib.util, json, sys
+HEAVY = ("torch", "transformers", "trl", "accelerate", "datasets", "matplotlib", "fastapi", "uvicorn")
+importable = [m for m in HEAVY if importlib.util.find_spec(m) is not None]
+import evaluation, trainer_client
+from trainer_client.cli import main
+rc = main(sys.argv[1:])
+print(json.dumps({"rc": rc, "files": [evaluation.__file__, trainer_client.__file__], "importable": importable,
+                  "imported": sorted(m for m in HEAVY if m in sys.modules)}))
+"""
+
+
+def _evaluate(python: Path | str, args: list[str], cwd: Path) -> dict:
+    proc = _run([str(python), "-c", EVALUATE, "evaluate", *args, "--quiet"], 300, cwd=cwd)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["rc"] == 0, proc.stderr[-3000:]
+    return out
+
+
+def _report(out: Path) -> dict:
+    assert (out / "report.md").read_text().startswith("# Evaluation: policy-double")
+    return json.loads((out / "report.json").read_text())["summary"]
+
+
+def test_client_extra_alone_runs_an_evaluation(server, demo_tasks, tmp_path):
+    """`trainer-client evaluate` from the client-only venv (the policy double, a model that applies
+    the gold patch, runs from the project venv as its own process): every episode resolved, no
+    torch or transformers anywhere, and the report written without matplotlib (no plot).
+    The same command from the project venv, where torch is installed, imports none of it either."""
+    from tests.evaluation.policy_double import PolicyDouble
+
+    python = client_venv()
+    tasks_file, tasks = demo_tasks
+    ids = [t.instance_id for t in tasks]
+    with PolicyDouble(tasks_file, "gold", tmp_path) as gold:
+        run = _evaluate(python, ["--model", gold.base_url, "--env-url", server.url, "--tasks", str(tasks_file),
+                                 "--samples", "2", "--concurrency", "2", "--out", str(tmp_path / "gold")], tmp_path)
+        requests = gold.stats()["requests"]
+    assert all("site-packages" in f for f in run["files"]), run["files"]  # the installed copy, not the repo
+    assert run["importable"] == [] and run["imported"] == [], run
+    summary = _report(tmp_path / "gold")
+    o = summary["overall"]
+    assert (o["resolved"], o["scored"], o["lost"], o["resolved_rate"]) == (2 * len(ids), 2 * len(ids), 0, 1.0), o
+    assert summary["end_reasons"] == {"submitted": 2 * len(ids)}
+    assert requests == 2 * 2 * len(ids)  # gold: the patch, then submit
+    assert not (tmp_path / "gold" / "report.png").exists()  # no matplotlib: the plot is skipped, nothing else
+    rollouts = (tmp_path / "gold" / "rollouts.jsonl").read_text().splitlines()
+    assert len(rollouts) == 2 * len(ids)
+
+    # the project venv (torch, transformers, matplotlib installed): evaluate with an endpoint imports none of them
+    with PolicyDouble(tasks_file, "submit", tmp_path) as lazy:
+        run = _evaluate(sys.executable, ["--model", lazy.base_url, "--env-url", server.url, "--tasks", str(tasks_file),
+                                         "--out", str(tmp_path / "submit")], tmp_path)
+    assert "torch" in run["importable"] and "transformers" in run["importable"], run
+    assert not {"torch", "transformers", "trl", "accelerate", "datasets"} & set(run["imported"]), run
+    o = _report(tmp_path / "submit")["overall"]
+    assert (o["resolved"], o["scored"], o["lost"]) == (0, len(ids), 0), o

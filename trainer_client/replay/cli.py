@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import httpx
-from tqdm import tqdm
 
 from env_client import EnvAuthError, resolve_token, split_token
 
@@ -123,6 +122,8 @@ async def _replay(args: argparse.Namespace, states: list[FrozenState], teachers:
         rule=AgreementRule(min_agree=args.min_agree),
         normalize=NormalizeConfig(dedup=not args.no_dedup),
     )
+    from tqdm import tqdm  # the train extra's: `trainer-client evaluate` runs on the client extra alone
+
     bar = tqdm(total=len(states), unit="step", desc="replay", file=sys.stderr,
                disable=True if args.no_progress else None)
     pairs = 0
