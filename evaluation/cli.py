@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ContextManager
 
+from pydantic import ValidationError
+
 from contract import DEFAULT_PROMPT
 from env_client import TOKEN_ENV, ClientConfig, resolve_token
 
@@ -129,19 +131,23 @@ def run_evaluate(args: argparse.Namespace, serve: ServeCheckpoint | None = None)
     token = resolve_token(args.env_token)
     client = ClientConfig(token=token) if token else ClientConfig()
     with _endpoint(args, serve) as (base_url, name):
-        endpoint_config = EndpointConfig(
-            base_url=base_url, model=name, api_key_env=args.api_key_env, temperature=temperature, top_p=args.top_p,
-            max_tokens=args.max_tokens, logprobs=args.logprobs, price_in=args.price_in, price_out=args.price_out)
-        describe = {"model": args.model if args.model.startswith("http") else f"{args.model} (served: {args.serve})",
-                    "model_name": name, "temperature": temperature, "top_p": args.top_p,
-                    "max_tokens": args.max_tokens}
-        config = EvalConfig(
-            env_urls=urls, tasks=args.tasks, instance_ids=args.instance_ids, samples=args.samples,
-            concurrency=args.concurrency, out=args.out, model_name=args.label or name,
-            limits=AgentLimits(max_turns=args.max_turns, max_episode_s=args.max_episode_s,
-                               max_context_tokens=args.max_context_tokens, max_output_chars=cut, prompt=prompt),
-            max_attempts=args.max_attempts, parquet=args.parquet, fresh=args.fresh, progress=not args.quiet,
-            client=client, describe={k: v for k, v in describe.items() if v is not None})
+        try:
+            endpoint_config = EndpointConfig(
+                base_url=base_url, model=name, api_key_env=args.api_key_env, temperature=temperature, top_p=args.top_p,
+                max_tokens=args.max_tokens, logprobs=args.logprobs, price_in=args.price_in, price_out=args.price_out)
+            served = args.model if args.model.startswith("http") else f"{args.model} (served: {args.serve})"
+            describe = {"model": served, "model_name": name, "temperature": temperature, "top_p": args.top_p,
+                        "max_tokens": args.max_tokens}
+            config = EvalConfig(
+                env_urls=urls, tasks=args.tasks, instance_ids=args.instance_ids, samples=args.samples,
+                concurrency=args.concurrency, out=args.out, model_name=args.label or name,
+                limits=AgentLimits(max_turns=args.max_turns, max_episode_s=args.max_episode_s,
+                                   max_context_tokens=args.max_context_tokens, max_output_chars=cut, prompt=prompt),
+                max_attempts=args.max_attempts, parquet=args.parquet, fresh=args.fresh, progress=not args.quiet,
+                client=client, describe={k: v for k, v in describe.items() if v is not None})
+        except ValidationError as exc:  # a flag out of range (--samples 0, --top-p 2): one line, exit 1
+            raise EvaluationError("invalid settings: " + "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False))) from None
         summary = asyncio.run(_evaluate(config, endpoint_config))
     o = summary["overall"]
     rate = "-" if o["resolved_rate"] is None else f"{o['resolved_rate']:.1%}"
