@@ -39,6 +39,7 @@ from .agent import AgentLimits, EpisodeResult, LostEpisode, Policy, TaskRef, run
 from .endpoint import EndpointError
 from .report import write_report
 from .stats import summarize
+from .tasksets import TaskSetError, read_task_lines
 
 __all__ = ["EvalConfig", "EvaluationError", "evaluate", "load_task_refs", "read_results"]
 
@@ -90,15 +91,11 @@ def load_task_refs(config: EvalConfig) -> list[TaskRef]:
         return [TaskRef(instance_id=i) for i in dict.fromkeys(config.instance_ids)]
     path = Path(config.tasks)
     try:
-        text = path.read_text(encoding="utf-8")
-        rows = json.loads(text) if text.lstrip().startswith("[") else [json.loads(x) for x in text.splitlines()
-                                                                       if x.strip()]
-    except (OSError, ValueError) as exc:
-        raise EvaluationError(f"cannot read the task file {path}: {exc}") from None
+        rows = read_task_lines(path)
+    except TaskSetError as exc:
+        raise EvaluationError(str(exc)) from None
     refs: dict[str, TaskRef] = {}
-    for n, row in enumerate(rows, 1):
-        if not isinstance(row, dict) or not isinstance(row.get("instance_id"), str):
-            raise EvaluationError(f"{path}: record {n} has no instance_id")
+    for row, _ in rows:
         refs.setdefault(row["instance_id"], TaskRef(instance_id=row["instance_id"], source=row.get("source"),
                                                     repo=row.get("repo")))
     if config.instance_ids:
