@@ -73,7 +73,7 @@ trap 'rm -rf "$ctx"' EXIT
 # 3. staged context: exactly what trainer.Dockerfile copies; docker/ holds the wheelhouse
 #    only (its layer is cached while the requirements stay the same)
 (cd "$ROOT" && tar --exclude=__pycache__ --exclude='*.pyc' -cf - \
-    pyproject.toml README.md contract env_client env_server sandbox trainer_client verifier) | tar -C "$ctx" -xf -
+    pyproject.toml README.md contract env_client env_server evaluation sandbox trainer_client verifier) | tar -C "$ctx" -xf -
 cp "$HERE/trainer.Dockerfile" "$ctx/trainer.Dockerfile"
 mkdir -p "$ctx/docker/wheelhouse"
 # hard links when the cache is on the same file system (the wheels are ~330 MB)

@@ -17,7 +17,7 @@ import hashlib, os, sys
 root, extra = sys.argv[1], sys.argv[2:]
 h = hashlib.sha256()
 paths = ["pyproject.toml", "README.md", *extra]
-for top in ("contract", "env_client", "env_server", "sandbox", "trainer_client", "verifier"):
+for top in ("contract", "env_client", "env_server", "evaluation", "sandbox", "trainer_client", "verifier"):
     for d, dirs, files in os.walk(os.path.join(root, top)):
         dirs[:] = sorted(x for x in dirs if x != "__pycache__")
         paths += [os.path.relpath(os.path.join(d, f), root) for f in sorted(files) if not f.endswith((".pyc", ".pyo"))]

@@ -44,6 +44,7 @@ COPY pyproject.toml README.md /src/
 COPY contract /src/contract
 COPY env_client /src/env_client
 COPY env_server /src/env_server
+COPY evaluation /src/evaluation
 COPY sandbox /src/sandbox
 COPY verifier /src/verifier
 COPY trainer_client /src/trainer_client
