@@ -93,12 +93,12 @@ def _add_evaluate(sub: argparse._SubParsersAction, serve: ServeCheckpoint | None
 
 def _prompt_and_cut(args: argparse.Namespace) -> tuple[str, int]:
     if not args.config:
-        return DEFAULT_PROMPT, 8000
+        return DEFAULT_PROMPT, AgentLimits().max_output_chars
     from contract.overrides import read_yaml_mapping
 
     raw = read_yaml_mapping(args.config)
     data, env = raw.get("data") or {}, raw.get("env") or {}
-    return str(data.get("prompt", DEFAULT_PROMPT)), int(env.get("max_output_chars", 8000))
+    return str(data.get("prompt", DEFAULT_PROMPT)), int(env.get("max_output_chars", AgentLimits().max_output_chars))
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ChatEndpoint", "EndpointConfig", "EndpointError", "PolicyReply", "list_models"]
+__all__ = ["ChatEndpoint", "EndpointConfig", "EndpointError", "PolicyReply", "list_models", "wire_tool_calls"]
 
 _CONTEXT = re.compile(r"context.{0,20}length|maximum context|too many tokens|prompt is too long|"
                       r"max_model_len|context window", re.I)
@@ -110,7 +110,9 @@ def _logprob_tokens(choice: dict[str, Any]) -> tuple[list[int] | None, list[floa
     return token_ids, logprobs
 
 
-def _tool_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
+def wire_tool_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """An assistant message's tool calls in OpenAI's wire form (arguments as JSON text), malformed
+    entries (no function name) dropped: what `PolicyReply.tool_calls` holds."""
     calls = []
     for k, call in enumerate(message.get("tool_calls") or []):
         fn = call.get("function") if isinstance(call, dict) else None
@@ -193,7 +195,7 @@ class ChatEndpoint:
         prompt, completion = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
         token_ids, logprobs = _logprob_tokens(choice)
         cost = (prompt * self.config.price_in + completion * self.config.price_out) / 1e6
-        return PolicyReply(content=str(message.get("content") or ""), tool_calls=_tool_calls(message),
+        return PolicyReply(content=str(message.get("content") or ""), tool_calls=wire_tool_calls(message),
                            finish_reason=choice.get("finish_reason"), token_ids=token_ids, logprobs=logprobs,
                            prompt_tokens=prompt, completion_tokens=completion, cost_usd=cost, latency_s=latency)
 

@@ -181,6 +181,7 @@ def _fatal(exc: BaseException) -> bool:
 
 def _check_config(config: EvalConfig, out: Path) -> None:
     path = out / CONFIG
+    identity = json.loads(json.dumps(config.identity()))  # as it reads back from the file
     if config.fresh:
         for name in (RESULTS, ROLLOUTS):
             (out / name).unlink(missing_ok=True)
@@ -189,12 +190,11 @@ def _check_config(config: EvalConfig, out: Path) -> None:
             before = json.loads(path.read_text(encoding="utf-8"))
         except ValueError:
             before = None
-        if before is not None and before != json.loads(json.dumps(config.identity())):
-            changed = sorted(k for k in config.identity() if (before or {}).get(k) != json.loads(
-                json.dumps(config.identity()))[k])
+        if before is not None and before != identity:
+            changed = sorted(k for k in identity if before.get(k) != identity[k])
             raise EvaluationError(f"{out} holds an evaluation with other settings ({', '.join(changed)}): "
                                   "use another --out, or --fresh to discard it")
-    path.write_text(json.dumps(config.identity(), indent=2) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(identity, indent=2) + "\n", encoding="utf-8")
 
 
 async def evaluate(config: EvalConfig, policy: Policy, *,

@@ -18,7 +18,6 @@ use). Generation runs one request at a time on the main process; the env episode
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from env_client import ClientConfig
-from evaluation import AgentLimits, EndpointError, EvalConfig, PolicyReply, evaluate
+from evaluation import AgentLimits, EndpointError, EvalConfig, PolicyReply, evaluate, wire_tool_calls
 from trainer_client.config import EvalSection
 
 __all__ = ["HeldOutEvalCallback", "TrainingModelPolicy", "eval_metrics"]
@@ -75,13 +74,7 @@ class TrainingModelPolicy:
                 model.train(was_training)
         completion = out[0, len(ids):].tolist()
         parsed = parse_response(tokenizer, completion, prefix=ids, tools=tools or None)
-        calls = []
-        for k, call in enumerate(parsed.get("tool_calls") or []):
-            fn = call.get("function") or {}
-            args = fn.get("arguments", {})
-            calls.append({"id": f"call_{k}", "type": "function",
-                          "function": {"name": str(fn.get("name", "")),
-                                       "arguments": args if isinstance(args, str) else json.dumps(args)}})
+        calls = wire_tool_calls(parsed)
         return PolicyReply(content=str(parsed.get("content") or ""), tool_calls=calls, token_ids=completion,
                            finish_reason="tool_calls" if calls else "stop", prompt_tokens=len(ids),
                            completion_tokens=len(completion))

@@ -42,10 +42,9 @@ def build_app(tasks_file: str, mode: str, delay: float = 0.0, turns: int = 3, lo
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse
 
-    text = Path(tasks_file).read_text(encoding="utf-8")
-    rows = json.loads(text) if text.lstrip().startswith("[") else \
-        [json.loads(x) for x in text.splitlines() if x.strip()]
-    tasks = [r for r in rows if r.get("problem_statement")]
+    from evaluation.tasksets import read_task_lines
+
+    tasks = [row for row, _ in read_task_lines(tasks_file) if row.get("problem_statement")]
     stats = {"requests": 0, "by_instance": {}}
     received: list[dict[str, Any]] = []  # every request's messages and tools, as sent (GET /requests)
     app = FastAPI()
