@@ -178,6 +178,7 @@ async def test_sleep_forever_times_out_and_shell_survives(harness):
 
 
 async def test_timeout_kills_background_setsid_and_daemons(harness):
+    baseline = set(host_procs())  # what other fixtures of the run (an env server) already hold
     async with harness.session() as sb:
         res = await sb.run(
             "setsid sleep 777001 & nohup sleep 777002 >/dev/null 2>&1 & "
@@ -189,7 +190,8 @@ async def test_timeout_kills_background_setsid_and_daemons(harness):
         res = await sh(sb, "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep 77700 | grep -v grep; echo PROBE-DONE")
         assert_done(res)
         assert "77700" not in res.output, f"processes survived the timeout: {res.output}"
-    assert not host_procs("77700"), host_procs("77700")
+    survivors = {p: c for p, c in host_procs("77700").items() if p not in baseline}
+    assert not survivors, survivors
 
 
 async def test_zombies_reaped(harness):
