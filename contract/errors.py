@@ -31,6 +31,7 @@ class ErrorCode(str, Enum):
     FRAME_TOO_LARGE = "FRAME_TOO_LARGE"
     UNAUTHORIZED = "UNAUTHORIZED"
     SANDBOX_ERROR = "SANDBOX_ERROR"  # infrastructure failure; the session may be gone
+    IMAGE_UNAVAILABLE = "IMAGE_UNAVAILABLE"  # reset: the task's image could not be pulled (`image`, `reason`)
     FORK_UNAVAILABLE = "FORK_UNAVAILABLE"  # reset fork_of: the workspace at step t cannot be restored exactly
     INTERNAL_ERROR = "INTERNAL_ERROR"
 

@@ -10,7 +10,7 @@ from contract import ErrorCode  # public wire types only
 
 from .config import TOKEN_ENV
 
-__all__ = ["EnvAuthError", "EnvCapacityError", "EnvClientError", "EnvConnectionError", "EnvForkError", "EnvNotFoundError",
+__all__ = ["EnvAuthError", "EnvCapacityError", "EnvClientError", "EnvConnectionError", "EnvForkError", "EnvImageError", "EnvNotFoundError",
            "EnvRequestError", "EnvSandboxError", "EnvServerError", "EnvSessionError", "EnvTimeoutError",
            "MissingDependencyError", "NoLiveReplicaError", "http_error", "server_error"]
 
@@ -68,6 +68,11 @@ class EnvSandboxError(EnvServerError):
     """SANDBOX_ERROR: an infrastructure failure on the replica; the session may be gone."""
 
 
+class EnvImageError(EnvSandboxError):
+    """IMAGE_UNAVAILABLE: the task's image could not be pulled onto the replica (``data["image"]``,
+    ``data["reason"]``: the registry's answer); the task's environment is at fault, not the agent."""
+
+
 class EnvForkError(EnvServerError):
     """FORK_UNAVAILABLE: the recorded episode's workspace at step t cannot be restored exactly
     (docs/rfcs/009-episode-fork.md); nothing was started."""
@@ -89,6 +94,7 @@ _ERRORS_BY_CODE: dict[str, type[EnvServerError]] = {
     ErrorCode.NO_EPISODE.value: EnvSessionError,
     ErrorCode.EPISODE_DONE.value: EnvSessionError,
     ErrorCode.SANDBOX_ERROR.value: EnvSandboxError,
+    ErrorCode.IMAGE_UNAVAILABLE.value: EnvImageError,
     ErrorCode.EPISODE_NOT_FOUND.value: EnvNotFoundError,
     ErrorCode.STEP_OUT_OF_RANGE.value: EnvNotFoundError,
     ErrorCode.TASK_NOT_FOUND.value: EnvNotFoundError,

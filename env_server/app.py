@@ -60,6 +60,7 @@ def create_app(config: ServerConfig, tasks: list[TaskInstance] | None = None) ->
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         reaper = asyncio.create_task(service.reap_idle())
+        service.look_ahead(0)  # the first tasks of the queue, while the first clients connect
         try:
             yield
         finally:

@@ -38,6 +38,8 @@ def _identities(args: argparse.Namespace) -> dict[str, object]:
 
     clients: dict[str, str] = {}
     operators: dict[str, str] = {}
+    if not hasattr(args, "tokens"):  # a command that serves nothing
+        return {}
     tokens_file = args.tokens or os.environ.get("ENV_SERVER_TOKENS_FILE") or None
     if tokens_file:
         clients, operators = load_tokens_file(Path(tokens_file))
@@ -81,18 +83,29 @@ _FLAGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("--trace-diffs", "episode.trace_diffs", {}),
     ("--fsync", "episode.trace_fsync", {"action": "store_const", "const": True}),
     ("--log-level", "log_level", {}),
+    ("--warm-pool", "warm_pool", {"type": int, "metavar": "N"}),
+    ("--prefetch-ahead", "prefetch_ahead", {"type": int, "metavar": "N"}),
+    ("--image-cache-gb", "sandbox.images.cache_gb", {"type": float, "metavar": "GB"}),
+    ("--max-pulls", "sandbox.images.max_pulls", {"type": int}),
 )
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _checked_config(args: argparse.Namespace) -> ServerConfig | None:
+    """The settings of ``args``, or None after saying on stderr what is wrong with them."""
     from pydantic import ValidationError
 
-    from verifier.task import TaskFileError
-
     try:
-        config = server_config(args)
+        return server_config(args)
     except ValueError as exc:  # a pydantic ValidationError too: its message, never the input (a token)
         print(f"env-server: {_settings_error(exc, ValidationError)}", file=sys.stderr)
+        return None
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from verifier.task import TaskFileError
+
+    config = _checked_config(args)
+    if config is None:
         return 2
     if args.print_config:
         print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), end="")
@@ -152,7 +165,7 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
             if isinstance(raw.get(key), str) and not Path(raw[key]).is_absolute():
                 raw[key] = str(args.config.parent / raw[key])
     for flag, key, _ in _FLAGS:
-        value = getattr(args, _dest(flag))
+        value = getattr(args, _dest(flag), None)  # commands other than serve take some of the flags
         if value is not None:
             set_dotted(raw, key, value)
     apply_overrides(raw, args.overrides)
@@ -182,9 +195,11 @@ def _default(defaults: ServerConfig, key: str) -> Any:
     return value.value if isinstance(value, Enum) else value
 
 
-def _add_flags(serve: argparse.ArgumentParser) -> None:
+def _add_flags(serve: argparse.ArgumentParser, only: tuple[str, ...] | None = None) -> None:
     defaults = ServerConfig()
     for flag, key, extra in _FLAGS:
+        if only is not None and flag not in only:
+            continue
         field = _setting(key)
         kwargs = dict(extra)
         choices = get_args(field.annotation) if get_origin(field.annotation) is Literal else None
@@ -204,15 +219,20 @@ def _tasks_moved(args: argparse.Namespace) -> int:
     return 2
 
 
+def _add_settings(parser: argparse.ArgumentParser) -> None:
+    """--config FILE and --set KEY=VALUE: every setting of ServerConfig."""
+    parser.add_argument("--config", type=Path, default=None, metavar="FILE",
+                        help="server settings (YAML: the keys of --print-config); flags and --set override it")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                        help="one setting by its dotted key, e.g. episode.max_steps=50 or sandbox.limits.memory_mb=2048 "
+                             "(repeatable; the value is read as YAML)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="env-server", description="SWE-style OpenEnv environment server")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the server")
-    serve.add_argument("--config", type=Path, default=None, metavar="FILE",
-                       help="server settings (YAML: the keys of --print-config); flags and --set override it")
-    serve.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                       help="one setting by its dotted key, e.g. episode.max_steps=50 or sandbox.limits.memory_mb=2048 "
-                            "(repeatable; the value is read as YAML)")
+    _add_settings(serve)
     serve.add_argument("--print-config", action="store_true",
                        help="print the resolved settings as YAML (tokens hidden) and exit")
     _add_flags(serve)
@@ -228,6 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--operator-token", action="append", metavar="NAME=TOKEN",
                        help="an operator's token (repeatable; visible in the process list: prefer --tokens)")
     serve.set_defaults(func=_serve)
+    from .image_commands import add_image_commands
+
+    add_image_commands(sub, _add_settings, _add_flags, _checked_config)
     moved = sub.add_parser("tasks", help="moved: task production is its own command, task-factory")
     moved.add_argument("rest", nargs=argparse.REMAINDER)
     moved.set_defaults(func=_tasks_moved)

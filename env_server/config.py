@@ -43,6 +43,13 @@ class ServerConfig(BaseModel):
     mux_closed_replies: int = Field(1024, ge=0, description=(
         "closed mux sessions per connection whose close reply is kept for a retried close; older closed "
         "sessions keep only their id (later requests get SESSION_CLOSED)"))
+    warm_pool: int = Field(0, ge=0, description=(
+        "sandboxes kept pre-started (0: off): a reset claims a ready jail instead of starting one; each idle "
+        "jail holds its processes and workspace (docs/deploy.md)"))
+    warm_per_task: int = Field(8, gt=0, description="of warm_pool, how many one task may hold (a GRPO group's size)")
+    prefetch_ahead: int = Field(0, ge=0, description=(
+        "prepare the next N tasks of the round-robin queue in the background: their images pulled and derived "
+        "(docker), and with warm_pool, jails started for them"))
     sandbox: SandboxConfig = Field(default_factory=dict, validate_default=True, description=(
         "the sandboxes of the sessions (their CPU policy defaults to idle here)"))
     episode: EpisodeConfig = Field(default_factory=EpisodeConfig)

@@ -25,7 +25,7 @@ from contract import (
     ListToolsAction,
     SWEObservation,
 )
-from sandbox import ArgumentError, DiffTooLarge, SandboxConfig, SandboxError, open_sandbox
+from sandbox import ArgumentError, DiffTooLarge, SandboxConfig, SandboxError, WarmPool, open_sandbox
 from sandbox.base import Sandbox
 from sandbox.models import ExactDiff
 from verifier import GradeCache, GradeResult, grade_submission
@@ -87,10 +87,11 @@ class Episode:
     async def start(cls, episode_id: str, task: TaskInstance, store: TraceStore, sandbox_config: SandboxConfig,
                     config: EpisodeConfig, cache: GradeCache | None = None,
                     context: ContextSpec | None = None, fork: ForkPoint | None = None,
-                    owner: str | None = None) -> tuple["Episode", SWEObservation]:
+                    owner: str | None = None, pool: WarmPool | None = None) -> tuple["Episode", SWEObservation]:
         """Open the sandbox, write the reset record, return the episode and its first observation.
 
         ``owner``: the client that creates it (recorded in the reset record; None on a server without tokens).
+        ``pool``: where the sandbox comes from when given (a pre-started jail, as fresh as a cold one).
 
         ``fork``: start from a recorded episode after its step t (``task`` is its task): the
         workspace is the task's scrubbed template with the recorded diff applied (verified), the
@@ -98,7 +99,8 @@ class Episode:
         """
         if store.exists(episode_id):
             raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"episode_id {episode_id!r} was already used")
-        sandbox = await open_sandbox(task.workspace_spec(), sandbox_config)
+        spec = task.workspace_spec()
+        sandbox = await (pool.open(spec, sandbox_config) if pool is not None else open_sandbox(spec, sandbox_config))
         try:
             if fork is not None:
                 await restore_workspace(sandbox, fork)

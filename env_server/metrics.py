@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from contract import SuspicionReason
 
@@ -29,6 +32,7 @@ class Metrics:
         for reason in SuspicionReason:  # every series exists from the start (at 0)
             self.suspicious.labels(reason.value)
         self._step_counters: dict[str, Counter] = {}
+        r.register(ImageCollector())
 
     def step_counter(self, tool: str) -> Counter:
         """``steps.labels(tool)``, looked up once per tool (it is on every step's path)."""
@@ -39,3 +43,39 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class ImageCollector:
+    """The task images of this process's docker sessions (``sandbox.images``), read at each scrape:
+    pulls (done, failed, in flight with their progress), derived session images, evictions and the
+    bytes the project's images take against their budget."""
+
+    def collect(self) -> Iterator[Any]:
+        from sandbox.images import image_stores
+
+        stats = [store.stats() for store in image_stores()]
+
+        def total(key: str) -> float:
+            return float(sum(s[key] or 0 for s in stats))
+
+        for key, name, text in (("pulls", "pulls", "task images pulled on demand or by prefetch"),
+                                ("pull_failures", "pull_failures", "pulls that failed (image_unavailable)"),
+                                ("pulled_bytes", "pulled_bytes", "bytes downloaded by pulls"),
+                                ("pull_seconds", "pull_seconds", "seconds spent pulling"),
+                                ("derived", "derived", "hardened session images recorded (built once per source)"),
+                                ("evicted", "evictions", "images removed to stay within the disk budget")):
+            yield CounterMetricFamily(f"envserver_image_{name}", text, value=total(key))
+        yield GaugeMetricFamily("envserver_image_pulls_in_flight", "pulls running now", value=total("pulls_in_flight"))
+        yield GaugeMetricFamily("envserver_image_cache_bytes", "bytes the images this project pulled or derived "
+                                "take", value=total("cache_bytes"))
+        budget = GaugeMetricFamily("envserver_image_cache_budget_bytes", "their disk budget (absent: none)")
+        if any(s["cache_budget_bytes"] for s in stats):
+            budget.add_metric([], total("cache_budget_bytes"))
+        yield budget
+        progress = GaugeMetricFamily("envserver_image_pull_progress_bytes", "bytes downloaded so far by a "
+                                     "running pull, and the bytes known to come", labels=["image", "of"])
+        for s in stats:
+            for image, (done, known) in s["pull_progress"].items():
+                progress.add_metric([image, "done"], done)
+                progress.add_metric([image, "known"], known)
+        yield progress

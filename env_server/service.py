@@ -31,7 +31,8 @@ from contract import (
     SuspicionReason,
     SWEObservation,
 )
-from sandbox.models import SandboxError, WorkspaceError
+from sandbox import WarmPool
+from sandbox.models import ImageUnavailable, SandboxError, WorkspaceError
 from verifier import GradeCache
 from verifier.task import TaskInstance
 
@@ -84,6 +85,10 @@ class EnvService:
         self.cache = GradeCache()
         self.sessions: dict[str, Session] = {}
         self._round_robin = itertools.count()
+        self.pool = WarmPool(config.warm_pool, per_key=min(config.warm_per_task, config.warm_pool)) \
+            if config.warm_pool else None
+        self._ahead: dict[str, asyncio.Task] = {}  # instance id -> its preparation (prefetch_ahead)
+        self._closing: set[asyncio.Task] = set()  # episodes a reset replaced, their sandboxes being closed
 
     # ---------------------------------------------------------------- sessions
     def open_session(self, session_id: str | None = None, attached: bool = True,
@@ -148,7 +153,37 @@ class EnvService:
             return self.tasks[params.index]
         if params.seed is not None:
             return self.tasks[random.Random(params.seed).randrange(len(self.tasks))]
-        return self.tasks[next(self._round_robin) % len(self.tasks)]
+        position = next(self._round_robin)
+        self.look_ahead(position + 1)
+        return self.tasks[position % len(self.tasks)]
+
+    def look_ahead(self, position: int) -> None:
+        """Prepare the ``prefetch_ahead`` tasks of the round-robin queue from ``position`` on, in the
+        background: a docker task's image pulled and derived and its template made, and with a warm
+        pool, jails started for it. A failure here is only logged: the reset that needs the task meets
+        it again and reports it."""
+        ahead = self.config.prefetch_ahead
+        if not ahead or not self.tasks:
+            return
+        for i in range(position, position + min(ahead, len(self.tasks))):
+            task = self.tasks[i % len(self.tasks)]
+            if task.instance_id not in self._ahead:
+                self._ahead[task.instance_id] = asyncio.create_task(self._prepare(task))
+
+    async def _prepare(self, task: TaskInstance) -> None:
+        spec, config = task.workspace_spec(), self.config.sandbox
+        try:
+            if config.backend == "docker" and spec.image:
+                from sandbox.images import image_store
+
+                _, _, release = await image_store(config).prepare(spec, config)
+                release()
+            if self.pool is not None:
+                self.pool.prime(spec, config)
+        except Exception as exc:  # noqa: BLE001 - reported by the reset that needs it
+            log.warning("preparing task %s ahead of its reset failed: %s", task.instance_id, exc)
+        finally:
+            self._ahead.pop(task.instance_id, None)
 
     async def reset(self, session: Session, data: dict[str, Any] | None, identity: Identity) -> SWEObservation:
         """A new episode in ``session``, owned by ``identity`` (who sent the reset; a fork's original
@@ -166,11 +201,15 @@ class EnvService:
             self._check_open(session)
             if session.episode is not None:
                 old, session.episode = session.episode, None
-                await old.close()
+                self._close_behind(old)  # the new episode's start does not wait for the old jail's end
             try:
                 episode, obs = await Episode.start(params.episode_id or uuid.uuid4().hex, task, self.store,
                                                    self.config.sandbox, self.config.episode, self.cache,
-                                                   context=params.context, fork=fork, owner=identity.name)
+                                                   context=params.context, fork=fork, owner=identity.name,
+                                                   pool=self.pool)
+            except ImageUnavailable as exc:
+                raise ProtocolError(ErrorCode.IMAGE_UNAVAILABLE, f"could not start the sandbox: {exc}",
+                                    error_source="env", image=exc.image, reason=exc.reason) from None
             except SandboxError as exc:
                 source = "env" if isinstance(exc, WorkspaceError) else "infra"
                 raise ProtocolError(ErrorCode.SANDBOX_ERROR, f"could not start the sandbox: {exc}",
@@ -182,6 +221,21 @@ class EnvService:
             session.touch()
         self.metrics.resets.inc()
         return obs
+
+    def _close_behind(self, episode: Episode) -> None:
+        """Close a replaced episode: its trace at once (readable whole from now on), its sandbox in
+        the background (killing a jail takes longer than starting a warm one)."""
+        episode.trace.close()
+
+        async def close() -> None:
+            try:
+                await episode.close_sandbox()
+            except Exception:  # noqa: BLE001 - closing must not fail anyone
+                log.exception("closing episode %s failed", episode.episode_id)
+
+        job = asyncio.create_task(close())
+        self._closing.add(job)
+        job.add_done_callback(self._closing.discard)
 
     async def fork_point(self, params: ResetParams, identity: Identity) -> tuple[ForkPoint, TaskInstance]:
         """Where a fork (``fork_of`` + ``t``) starts, and its task: the recorded episode's.
@@ -326,5 +380,9 @@ class EnvService:
                     await self.close_session(session)
 
     async def shutdown(self) -> None:
+        for job in list(self._ahead.values()):
+            job.cancel()
         await asyncio.gather(*(self.close_session(s) for s in list(self.sessions.values())),
-                             return_exceptions=True)
+                             *self._ahead.values(), *self._closing, return_exceptions=True)
+        if self.pool is not None:
+            await self.pool.close()

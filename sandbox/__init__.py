@@ -21,6 +21,7 @@ from .base import Sandbox
 from .models import (ArgumentError, CommandResult, CommandStatus, DiffTooLarge, HardeningPolicy, LayerMode, Limits,
                      PathError, SandboxClosed, SandboxConfig, SandboxDied, SandboxError, SandboxInfo, SandboxStartError,
                      WorkspaceError, WorkspaceSpec)
+from .pool import WarmPool
 
 
 async def open_sandbox(spec: WorkspaceSpec, config: SandboxConfig | None = None) -> Sandbox:
@@ -33,4 +34,5 @@ __all__ = [
     "ArgumentError", "CommandResult", "CommandStatus", "DiffTooLarge", "HardeningPolicy", "LayerMode", "Limits", "PathError",
     "Sandbox", "SandboxClosed", "SandboxConfig", "SandboxDied", "SandboxError", "SandboxInfo",
     "SandboxStartError", "WorkspaceError", "WorkspaceSpec", "DEFAULT_BACKEND", "backend_class", "backend_names", "open_sandbox",
+    "WarmPool",
 ]

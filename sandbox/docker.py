@@ -38,13 +38,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from .docker_engine import ENV_PREFIX, LABEL, LABEL_OWNER, DockerEngine, DockerSettings, docker_client, docker_engine
-from .image_workspace import TOOLS_LABEL, derived_image
+from .image_workspace import TOOLS_LABEL
+from .images import image_store
 from .jail import JailSandbox
 from .models import SandboxConfig, SandboxInfo, SandboxStartError, WorkspaceSpec
 from .runtime_bundle import MOUNT as BUNDLE_MOUNT
 from .runtime_bundle import build_bundle, image_has_python, runtime_argv
 from .runtime_config import runtime_init, venv_mount_point
-from .workspace import cache_root, prepare_template
+from .workspace import cache_root
 
 TEMPLATE_MOUNT = "/.swe/template"
 RUNTIME_MOUNT = "/.swe/runtime.py"
@@ -350,19 +351,30 @@ class DockerSandbox(JailSandbox):
         self.start_timeout_s = start_timeout_s
         self._stream = stream
         self._cow = container.cow
+        self._release_images: Any = lambda: None  # set by launch: the images this session holds
 
     @classmethod
     async def launch(cls, spec: WorkspaceSpec, config: SandboxConfig) -> tuple["DockerSandbox", dict[str, Any]]:
         settings = _settings()
         engine, url = docker_engine(), config.docker_url
         client = await asyncio.to_thread(engine.client, url)
-        template = await asyncio.to_thread(prepare_template, spec, config)
-        if spec.image_resident:
-            image = await asyncio.to_thread(derived_image, client, spec.image, spec.image_workdir,
-                                            config.policy.blocked_tools)
-        else:
-            image = spec.image or config.docker_image
-        tools_absent = await asyncio.to_thread(_image_lacks_tools, engine, url, image, config.policy.blocked_tools)
+        image, template, release = await image_store(config).prepare(spec, config)
+        try:
+            tools_absent = await asyncio.to_thread(_image_lacks_tools, engine, url, image,
+                                                   config.policy.blocked_tools)
+            box, init = await cls._launch_container(spec, config, settings, engine, client, image, template,
+                                                    tools_absent)
+        except BaseException:
+            release()
+            raise
+        box._release_images = release
+        return box, init
+
+    @classmethod
+    async def _launch_container(cls, spec: WorkspaceSpec, config: SandboxConfig, settings: DockerSettings,
+                                engine: DockerEngine, client: Any, image: str, template: Any,
+                                tools_absent: bool) -> tuple["DockerSandbox", dict[str, Any]]:
+        url = config.docker_url
         bundle = None
         if spec.image_resident and not await asyncio.to_thread(
                 engine.image_fact, url, image, "python", lambda: image_has_python(client, image)):
@@ -420,7 +432,10 @@ class DockerSandbox(JailSandbox):
         try:
             await self._stream.close()
         finally:
-            await self.container.remove()
+            try:
+                await self.container.remove()
+            finally:
+                self._release_images()
 
     async def workspace_overrun(self) -> str | None:
         if self._cow is None:  # a tmpfs: the kernel holds it to its size

@@ -48,8 +48,7 @@ def image_id(client: Any, image: str) -> str:
     try:
         return client.api.inspect_image(image)["Id"]
     except docker.errors.ImageNotFound:
-        raise WorkspaceError(f"image {image!r} is not on this Docker engine (pull or build it first; "
-                             "sessions never pull)") from None
+        raise WorkspaceError(f"image {image!r} is not on this Docker engine") from None
 
 
 def export_image_tree(client: Any, spec: WorkspaceSpec, dest: Path) -> None:

@@ -105,6 +105,20 @@ class HardeningPolicy(BaseModel):
     inet_sockets: Literal["netns_only", "deny"] = "netns_only"
 
 
+class ImageSettings(BaseModel):
+    """How task images reach the engine and how much disk they may take (``SandboxConfig.images``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pull: bool = Field(True, description="pull a task's image when the engine lacks it (credentials: the "
+                                         "engine client's usual configuration, ~/.docker/config.json)")
+    max_pulls: int = Field(2, gt=0, le=64, description="pulls at once in this process")
+    pull_timeout_s: float = Field(1800.0, gt=0, description="a pull taking longer fails the resets waiting for it")
+    cache_gb: float | None = Field(None, gt=0, description=(
+        "disk budget for the images this project pulled or derived; past it the least recently used "
+        "are removed (never one in use, never one the user put there); none: no eviction"))
+
+
 class SandboxConfig(BaseModel):
     """Configuration of the sandbox layer (one per server, shared by sessions)."""
 
@@ -116,6 +130,8 @@ class SandboxConfig(BaseModel):
     cache_dir: Path | None = Field(None, description="prepared workspaces and tool views; default ~/.cache/swe-openenv")
     docker_image: str = Field("swe-openenv-sandbox:latest", description="image the docker backend runs when a task names none")
     docker_url: str | None = Field(None, description="Docker engine URL; default from the environment")
+    images: ImageSettings = Field(default_factory=ImageSettings, description=(
+        "docker: how task images are pulled and how much disk they may take (sandbox/images.py)"))
 
     @field_validator("backend")
     @classmethod
@@ -242,6 +258,18 @@ class PathError(SandboxError, ValueError):
     def __init__(self, message: str, reason: str = "bad_path") -> None:
         super().__init__(message)
         # "outside_workspace", "not_found", "is_directory", "too_large", "bad_path"
+        self.reason = reason
+
+
+class ImageUnavailable(SandboxStartError):
+    """A task's image could not be made present: it does not exist, the registry refused or could
+    not be reached, or the pull timed out. The task's environment is at fault, not the agent."""
+
+    kind = "image_unavailable"
+
+    def __init__(self, image: str, reason: str) -> None:
+        super().__init__(f"image {image!r} is unavailable: {reason}")
+        self.image = image
         self.reason = reason
 
 

@@ -2,8 +2,9 @@
 
 A part (``bwrap``, ``docker``, ``taskpack``, a third-party module ...) is *required* when
 ``CI=true`` (every part but a GPU) or when ``SWE_REQUIRE_<PART>=1`` (``SWE_REQUIRE_DOCKER=1``,
-``SWE_REQUIRE_BWRAP=1``, ``SWE_REQUIRE_TASKPACK=1`` ...). Where it is missing,
-``missing(part, reason)`` fails the test when the part is required and skips it otherwise,
+``SWE_REQUIRE_BWRAP=1``, ``SWE_REQUIRE_TASKPACK=1``, ``SWE_REQUIRE_REGISTRY=1`` for the
+``docker-registry`` binary of tests/images ...; any name works, none is registered). Where
+it is missing, ``missing(part, reason)`` fails the test when the part is required and skips it otherwise,
 so a local run without Docker skips the Docker tests while CI cannot pass without them.
 
 The project's own modules are never optional: import them plainly (no ``importorskip``).

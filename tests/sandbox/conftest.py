@@ -7,6 +7,8 @@
   Every secret contains ``MARK`` so one substring check finds any leak.
 * ``backend``: every backend of the registry (``sandbox.backend_names()``: "bwrap" and
   "docker"); a missing bwrap or Docker engine skips, or fails under CI (see tests/requirements.py).
+  A module with ``pytestmark = sbxlib.WITH_POOLED`` also runs on "bwrap+pool": its sessions
+  are claimed warm from a primed ``WarmPool`` (tests/sandbox/test_isolation.py does).
 * ``harness``: opens real sessions (``async with harness.session() as sb``).
 * After every test: a fresh session must still answer ``echo ok`` and no host
   process started by the test may be left.
@@ -62,13 +64,14 @@ def _docker_missing() -> str | None:
 @pytest.fixture(scope="session", params=backend_names())
 def backend(request: pytest.FixtureRequest) -> str:
     """Missing backends fail under CI / SWE_REQUIRE_<BACKEND>=1 and skip otherwise."""
-    if request.param == "docker":
+    base = request.param.partition("+")[0]  # "bwrap+pool" (sbxlib.POOLED) needs bwrap
+    if base == "docker":
         import sandbox.docker  # noqa: F401 - the project's own backend: never optional
 
         reason = _docker_missing()
         if reason:
             missing("docker", reason)
-    elif request.param == "bwrap":
+    elif base == "bwrap":
         request.getfixturevalue("bwrap")
     return request.param
 

@@ -21,13 +21,21 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandbox import CommandResult, Limits, SandboxConfig, WorkspaceSpec, open_sandbox
+import pytest
+
+from sandbox import CommandResult, Limits, SandboxConfig, WarmPool, WorkspaceSpec, backend_names, open_sandbox
 
 MARK = "QZV7" + "SECRET"
 SH_MARK = '"QZV7""SECRET"'  # the shell spelling
 PY_MARK = '("QZV7"+"SECRET")'  # the Python spelling
 RUN_TOKEN = "swe-sbx-test-" + uuid.uuid4().hex[:12]
 CACHE_DIR: list[Path] = []  # set by conftest: the run's sandbox cache
+
+# A backend variant of the ``backend``/``harness`` fixtures: bwrap sessions claimed from a primed
+# WarmPool (a jail started ahead of time, then handed out), for the isolation suite.
+POOLED = "bwrap+pool"
+# ``pytestmark = WITH_POOLED`` in a module runs its harness tests on every backend and on POOLED.
+WITH_POOLED = pytest.mark.parametrize("backend", [*backend_names(), POOLED], indirect=True, scope="session")
 
 
 # ------------------------------------------------------------------ the repo
@@ -196,10 +204,16 @@ def make_secret_repo(root: Path) -> SecretRepo:
 
 # ---------------------------------------------------------------- harness
 class Harness:
-    """Opens real sessions of one backend on the fixture repository."""
+    """Opens real sessions of one backend on the fixture repository.
+
+    ``backend`` may be a registered backend or ``"<backend>+pool"`` (:data:`POOLED`): then every
+    session is claimed warm from a :class:`WarmPool` primed for it (``self.backend`` is the plain
+    backend, ``self.pooled`` is True)."""
 
     def __init__(self, backend: str, repo: SecretRepo, cache_dir: Path) -> None:
-        self.backend = backend
+        self.backend, plus, variant = backend.partition("+")
+        self.pooled = bool(plus)
+        assert variant in ("", "pool"), backend
         self.repo = repo
         self.cache_dir = cache_dir
 
@@ -218,11 +232,32 @@ class Harness:
 
     @contextlib.asynccontextmanager
     async def session(self, spec: WorkspaceSpec | None = None, policy: dict | None = None, **limits):
+        if self.pooled:
+            async with self.pooled_session(spec, policy, **limits) as sb:
+                yield sb
+            return
         sb = await open_sandbox(spec or self.spec(), self.config(policy, **limits))
         try:
             yield sb
         finally:
             await sb.close()
+
+    @contextlib.asynccontextmanager
+    async def pooled_session(self, spec: WorkspaceSpec | None = None, policy: dict | None = None, **limits):
+        """A session claimed from a pool of its own, primed first: a jail that was started before the
+        claim and waited idle. The pool (and the jail its refill starts) is closed with the session."""
+        spec, config = spec or self.spec(), self.config(policy, **limits)
+        pool = WarmPool(size=1, per_key=1)
+        try:
+            assert await pool.warm(spec, config) == 1, f"the pool could not pre-start a jail: {pool.stats()}"
+            sb = await pool.open(spec, config)
+            assert pool.stats()["claims_warm"] == 1, f"the claim was not warm: {pool.stats()}"
+            try:
+                yield sb
+            finally:
+                await sb.close()
+        finally:
+            await pool.close()
 
 
 async def sh(sb, command: str, timeout: float = 60) -> CommandResult:

@@ -9,7 +9,9 @@ import socket
 import subprocess
 from pathlib import Path
 
-from sbxlib import MARK, PY_MARK, SH_MARK, assert_done, assert_no_secret, host_procs, py, sh
+from sbxlib import MARK, PY_MARK, SH_MARK, WITH_POOLED, assert_done, assert_no_secret, host_procs, py, sh
+
+pytestmark = WITH_POOLED  # every backend, and bwrap sessions claimed warm from a WarmPool
 
 
 async def test_host_environment_not_inherited(harness, monkeypatch):
@@ -289,18 +291,21 @@ async def test_killing_the_host_parent_leaves_no_sandbox_process(harness, tmp_pa
     import textwrap
     import time
 
-    from sbxlib import RUN_TOKEN, wait_no_procs
+    from sbxlib import RUN_TOKEN, runtime_pids, wait_no_procs
 
+    # pooled: the parent also holds idle pre-started jails (and one starting), which must go too
+    opener = ("pool = WarmPool(3, 3); await pool.warm(spec, cfg); sb = await pool.open(spec, cfg)"
+              if harness.pooled else "pool = None; sb = await open_sandbox(spec, cfg)")
     script = tmp_path / "parent.py"
     script.write_text(textwrap.dedent(f"""
         import asyncio, sys
         from pathlib import Path
-        from sandbox import open_sandbox, WorkspaceSpec, SandboxConfig
+        from sandbox import open_sandbox, WarmPool, WorkspaceSpec, SandboxConfig
         async def main():
-            sb = await open_sandbox(
-                WorkspaceSpec(repo_path=Path({str(harness.repo.path)!r}), base_commit={harness.repo.base_commit!r},
-                              env={{"SWE_TEST_RUN": {RUN_TOKEN!r}}}),
-                SandboxConfig(backend={harness.backend!r}, cache_dir=Path({str(harness.cache_dir)!r})))
+            spec = WorkspaceSpec(repo_path=Path({str(harness.repo.path)!r}), base_commit={harness.repo.base_commit!r},
+                                 env={{"SWE_TEST_RUN": {RUN_TOKEN!r}}})
+            cfg = SandboxConfig(backend={harness.backend!r}, cache_dir=Path({str(harness.cache_dir)!r}))
+            {opener}
             await sb.run("(setsid sleep 778001 &); (nohup sleep 778002 >/dev/null 2>&1 &); echo up")
             print("ready", sb.id, flush=True)
             await asyncio.sleep(600)
@@ -313,6 +318,8 @@ async def test_killing_the_host_parent_leaves_no_sandbox_process(harness, tmp_pa
         line = parent.stdout.readline().split()
         assert line[:1] == ["ready"], line
         assert host_procs("778001"), "probe broken: the sandbox's sleepers are not visible on the host"
+        if harness.pooled:  # the claimed jail and at least two idle ones
+            assert len(runtime_pids()) >= 3, f"probe broken: the pool's jails are not up: {runtime_pids()}"
         os.kill(parent.pid, 9)
         parent.wait()
         time.sleep(0.5)
@@ -320,7 +327,8 @@ async def test_killing_the_host_parent_leaves_no_sandbox_process(harness, tmp_pa
         assert not left, f"sandbox processes outlived their parent: {left}"
         # a later server start (a new process) must not be left with the dead session's resources
         restart = tmp_path / "restart.py"
-        restart.write_text(script.read_text().replace("await asyncio.sleep(600)", "await sb.close()"))
+        restart.write_text(script.read_text().replace("await asyncio.sleep(600)",
+                                                      "await sb.close(); pool and await pool.close()"))
         subprocess.run([sys.executable, str(restart)], check=True, timeout=120, capture_output=True)
         stale = [str(p) for p in Path("/sys/fs/cgroup").glob(f"**/s-{line[1]}") if p.is_dir()]
         for p in stale:  # clean up after ourselves; the assertion below reports it
