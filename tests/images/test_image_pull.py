@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import websockets
 from registry import push_unique_image
@@ -105,6 +106,8 @@ def test_eight_resets_on_a_missing_image_pull_it_once_and_all_work(client, regis
             return await asyncio.gather(*(reset_and_run(srv.ws_url, "eight") for _ in range(8)))
 
         results = asyncio.run(main())
+        metrics = httpx.get(srv.url + "/metrics").text
+    assert "envserver_image_pulls_total 1.0" in metrics and "envserver_image_pull_failures_total 0.0" in metrics
     for reply, step in results:
         assert reply["type"] == "observation", reply
         assert step["type"] == "observation" and output(step).strip().endswith("toolz"), step
