@@ -224,8 +224,8 @@ def _add_settings(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, default=None, metavar="FILE",
                         help="server settings (YAML: the keys of --print-config); flags and --set override it")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                        help="one setting by its dotted key, e.g. episode.max_steps=50 or sandbox.limits.memory_mb=2048 "
-                             "(repeatable; the value is read as YAML)")
+                        help="one setting by its dotted key, e.g. episode.max_steps=50 or "
+                             "sandbox.limits.memory_mb=2048 (repeatable; the value is read as YAML)")
 
 
 def build_parser() -> argparse.ArgumentParser:

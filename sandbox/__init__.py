@@ -5,11 +5,13 @@ one episode in a jail built from a :class:`WorkspaceSpec`. Layout, top to bottom
 
 * interface: ``base.py`` (:class:`Sandbox`), ``models.py`` (configuration, results, errors);
 * registry: ``backends.py`` (name -> backend class; :func:`backend_names`), and
-  :func:`open_sandbox` here, which starts a session on the configured backend;
+  :func:`open_sandbox` here, which starts a session on the configured backend; ``pool.py``
+  (:class:`WarmPool`: sessions started ahead, claimed instead of started);
 * mechanism: ``jail.py`` (:class:`~sandbox.jail.JailSandbox`: start-up, requests, timeouts,
   "sandbox died"), over ``channel.py`` (the JSON-lines protocol);
 * backends: ``bwrap.py`` and ``docker.py`` (how a jail is launched and killed), with
-  ``docker_engine.py`` (Docker clients, caches, ``SWE_DOCKER_*`` settings), ``cow.py``,
+  ``docker_engine.py`` (Docker clients, caches, ``SWE_DOCKER_*`` settings), ``images.py`` (task
+  images pulled on demand, derived once, under a disk budget), ``cow.py``,
   ``image_workspace.py``, ``runtime_bundle.py``, ``cgroup.py``, ``toolview.py``;
 * workspace: ``workspace.py`` (scrubbed templates), ``runtime_config.py`` (the runtime's init),
   ``git.py`` (every host-side git call, hardened once: ``run_git``);

@@ -24,6 +24,7 @@ nothing else is affected.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import fcntl
@@ -104,7 +105,8 @@ class _SingleFlight:
 
     def __init__(self, executor: concurrent.futures.Executor) -> None:
         self._executor = executor
-        self._lock = threading.Lock()
+        # re-entrant: a job done before its callback is added runs ``_forget`` at once, under ``run``'s lock
+        self._lock = threading.RLock()
         self._running: dict[Any, concurrent.futures.Future] = {}
 
     def run(self, key: Any, job: Callable[[], Any]) -> concurrent.futures.Future:
@@ -147,15 +149,6 @@ class ImageStore:
                          "derived": 0, "evicted": 0, "evicted_bytes": 0}
 
     # -- leases -------------------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def holding(self, *images: str) -> Iterator[None]:
-        """Hold ``images`` (no eviction) for the duration of the block."""
-        release = self.hold(*images)
-        try:
-            yield
-        finally:
-            release()
-
     def hold(self, *images: str) -> Callable[[], None]:
         """Keep ``images`` from eviction until the returned function is called (once)."""
         now = time.time()
@@ -201,8 +194,6 @@ class ImageStore:
     async def present(self, image: str) -> None:
         """Make ``image`` present on the engine: nothing when it is, else one pull shared by every
         caller waiting for it. Raises ImageUnavailable (the registry's reason) or SandboxStartError."""
-        import asyncio
-
         if self._known_present(image):
             return
         pull = self._pulls.run(("pull", image), lambda: self._pull(image))
@@ -214,8 +205,6 @@ class ImageStore:
 
     async def derived(self, image: str, workdir: str, tools: tuple[str, ...]) -> str:
         """The hardened session image of the present ``image`` (built once; its tag)."""
-        import asyncio
-
         return await asyncio.wrap_future(self._prepare.run(("derive", image, workdir, tools),
                                                            lambda: self._derive(image, workdir, tools)))
 
@@ -243,8 +232,6 @@ class ImageStore:
 
     async def template(self, spec: WorkspaceSpec, config: SandboxConfig) -> Any:
         """``workspace.prepare_template`` of ``spec``, run once for concurrent callers."""
-        import asyncio
-
         from .workspace import prepare_template
 
         key = ("template", spec.model_dump_json(), str(config.cache_dir), config.policy.model_dump_json())
@@ -471,8 +458,6 @@ async def prefetch(specs: list[WorkspaceSpec], config: SandboxConfig, parallel: 
     """Pull and derive the images of ``specs`` (``parallel`` images at once; the store's own bound on
     pulls holds too). Resumable: present images cost one inspect. With a disk budget it stops
     before the budget is exceeded (the rest are pulled on demand). ``done`` sees each result."""
-    import asyncio
-
     import docker.errors
 
     store = image_store(config)
@@ -546,5 +531,5 @@ def image_stores() -> list[ImageStore]:
         return list(_stores.values())
 
 
-__all__ = ["ImageRecord", "ImageSettings", "ImageStore", "ImageUnavailable", "Prefetched", "image_store", "image_stores",
-           "prefetch"]
+__all__ = ["ImageRecord", "ImageSettings", "ImageStore", "ImageUnavailable", "Prefetched", "image_store",
+           "image_stores", "prefetch"]

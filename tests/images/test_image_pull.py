@@ -77,7 +77,10 @@ def server_config(tmp_path: Path, **sandbox: Any) -> ServerConfig:
                         sandbox={"backend": "docker", "cache_dir": str(tmp_path / "cache"), **sandbox})
 
 
-async def reset_and_run(ws_url: str, instance_id: str, command: str = "python -c 'import toolz; print(toolz.__name__)'"):
+IMPORT_TOOLZ = "python -c 'import toolz; print(toolz.__name__)'"
+
+
+async def reset_and_run(ws_url: str, instance_id: str, command: str = IMPORT_TOOLZ):
     """One session: reset on the task, one bash step; (the reset reply, the step reply or None)."""
     async with websockets.connect(ws_url + "/ws", max_size=None) as ws:
         reply = await call(ws, "reset", {"instance_id": instance_id})
