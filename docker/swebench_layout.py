@@ -23,7 +23,14 @@ bug and on the release, twice each, in a container with no network, and the
 swebench parser reads the logs (kept per image in the wheel cache). Rows are SWE-bench 5.x-format (``image``,
 ``eval_script``, ``log_parser``), ready for ``task-factory import``.
 
-Usage: python docker/swebench_layout.py OUT_DIR [--projects toolz,django,sympy]
+Variants (``VARIANTS``) are further rows on a project's image (no build of their own): the
+same bug, hidden tests added by the row's ``test_patch``, their own harness command. The
+``toolz-cut-ids*`` rows' tests are parametrized with spaces and brackets in their ids, so their
+FAIL_TO_PASS / PASS_TO_PASS hold ids as ``parse_log_pytest`` cuts them (``test_x[a b]`` ->
+``test_x[a``): one row is imported for the project's pytest grader, one (a command that is not
+plain ``pytest``) for the instance's harness.
+
+Usage: python docker/swebench_layout.py OUT_DIR [--projects toolz,django,sympy,toolz-cut-ids,...]
 Images are reused when their build-inputs label matches; sdists and wheels are
 downloaded on the host into ``$SWE_WHEEL_CACHE`` (default ``.cache/wheelhouse``).
 """
@@ -106,6 +113,76 @@ PROJECTS = {p.name: p for p in (
 )}
 
 
+@dataclass(frozen=True)
+class Variant:
+    """A row on ``project``'s image: its bug, tests added by a ``test_patch``, its own command."""
+
+    name: str
+    project: str
+    suffix: str  # of the instance id
+    tests: tuple[tuple[str, str], ...]  # (path, text): the files the row's test_patch adds
+    test_cmd: str
+
+
+# toolz's frequencies counts twice (the toolz row's bug); countby is built on it, unique is not.
+# Ids with spaces and brackets: parse_log_pytest keeps what comes before the first space.
+CUT_IDS_TESTS = """\
+from collections import Counter
+
+import pytest
+
+from toolz import countby, frequencies, unique
+
+
+@pytest.mark.parametrize("text", ["a b", "cat cat ox", "x - y", "[x, y]"])
+def test_frequencies_of_words(text):
+    words = text.split()
+    assert frequencies(words) == dict(Counter(words))
+
+
+@pytest.mark.parametrize("values", [[1.5, 2.5, 1.5], [0.25]], ids=["floats [1.5, 2.5, 1.5]", "one float [0.25]"])
+def test_frequencies_of_floats(values):
+    assert frequencies(values) == dict(Counter(values))
+
+
+@pytest.mark.parametrize("spec", ["odd 1 2 3", "odd none"])
+def test_countby_parity(spec):  # both ids cut to test_countby_parity[odd; only the first fails on the bug
+    values = [int(x) for x in spec.split()[1:] if x.isdigit()]
+    assert countby(lambda x: x % 2 == 1, values) == dict(Counter(x % 2 == 1 for x in values))
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_frequencies_of_range(n):
+    assert frequencies(range(n)) == dict.fromkeys(range(n), 1)
+
+
+@pytest.mark.parametrize("text", ["a b", "q r s", "[x, y]"])
+def test_unique_words(text):
+    assert list(unique(text.split())) == text.split()
+
+
+@pytest.mark.parametrize("pair", [(1.5, [1.5, 2.5, 1.5]), (0.5, [])], ids=["in [1.5, 2.5]", "none []"])
+def test_frequency_lookup(pair):
+    value, values = pair
+    assert (frequencies(values).get(value, 0) > 0) == (value in values)
+
+
+def test_frequencies_of_nothing():
+    assert frequencies([]) == {}
+"""
+
+
+VARIANTS = {v.name: v for v in (
+    Variant(name="toolz-cut-ids", project="toolz", suffix="cut-ids",
+            tests=(("toolz/tests/test_cut_ids.py", CUT_IDS_TESTS),),
+            test_cmd="pytest -rA toolz/tests/test_cut_ids.py"),
+    # not plain pytest (the importer keeps such a command and its parser: the instance's harness grades it)
+    Variant(name="toolz-cut-ids-harness", project="toolz", suffix="cut-ids-harness",
+            tests=(("toolz/tests/test_cut_ids.py", CUT_IDS_TESTS),),
+            test_cmd="python -X faulthandler -m pytest -rA toolz/tests/test_cut_ids.py"),
+)}
+
+
 def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     proc = subprocess.run(cmd, capture_output=True, text=True, **kw)
     if proc.returncode != 0:
@@ -183,23 +260,27 @@ WORKDIR /testbed
     return gold, base, inputs.hexdigest()[:16]
 
 
-def eval_script(p: Project) -> str:
+def eval_script(p: Project, test_cmd: str | None = None) -> str:
     """The instance's eval script in SWE-bench 5.x's shape (markers around the test command)."""
     return "\n".join(["#!/bin/bash", "set -uxo pipefail", f"source {ENV_PREFIX}/bin/activate", "cd /testbed",
-                      "git status", ": '>>>>> Start Test Output'", p.test_cmd, ": '>>>>> End Test Output'", ""])
+                      "git status", ": '>>>>> Start Test Output'", test_cmd or p.test_cmd,
+                      ": '>>>>> End Test Output'", ""])
 
 
-def _harness(image: str, p: Project, release: bool) -> dict[str, str]:
+def _harness(image: str, p: Project, release: bool, test_cmd: str | None = None,
+             test_patch: str = "") -> dict[str, str]:
     from swebench.harness.log_parsers import PARSER_REGISTRY
 
     checkout = "git checkout -q HEAD~1 -- . && " if release else ""
-    proc = subprocess.run(["docker", "run", "--rm", "--network", "none", image, "bash", "-c",
-                           f"cd /testbed && {checkout}{p.test_cmd}"], capture_output=True, text=True, timeout=900)
+    apply = "git apply --whitespace=nowarn - && " if test_patch else ""
+    proc = subprocess.run(["docker", "run", "-i", "--rm", "--network", "none", image, "bash", "-c",
+                           f"cd /testbed && {checkout}{apply}{test_cmd or p.test_cmd}"], input=test_patch,
+                          capture_output=True, text=True, timeout=900)
     return PARSER_REGISTRY[p.log_parser](proc.stdout + proc.stderr, None)
 
 
-def build(p: Project, log=print) -> dict:
-    """Build (or reuse) ``p``'s image; return its SWE-bench 5.x row."""
+def _image(p: Project, log=print) -> tuple[str, str, str, str]:
+    """Build (or reuse) ``p``'s image: (image, gold patch, base commit, build-inputs hash)."""
     with tempfile.TemporaryDirectory(prefix=f"swe-layout-{p.name}-") as tmp:
         ctx = Path(tmp)
         gold, base, inputs = _stage(p, ctx)
@@ -209,12 +290,17 @@ def build(p: Project, log=print) -> dict:
         if have.returncode != 0 or have.stdout.strip() != inputs:
             log(f"[layout] building {image}")
             _run(["docker", "build", "-q", "-t", image, "--label", f"{LABEL}={inputs}", str(ctx)])
-    verdicts = _cache() / "layout-verdicts" / f"{p.name}-{inputs}.json"  # the image is the key
+    return image, gold, base, inputs
+
+
+def _measure(name: str, verdicts: Path, run) -> tuple[list[str], list[str]]:
+    """FAIL_TO_PASS / PASS_TO_PASS from ``run(release)`` (the parsed harness log), twice on the bug
+    and twice on the release; cached in ``verdicts``."""
     if verdicts.is_file():
         f2p, p2p = json.loads(verdicts.read_text())
     else:
         passed = ("PASSED", "XFAIL")
-        runs = [(_harness(image, p, release=False), _harness(image, p, release=True)) for _ in range(2)]
+        runs = [(run(False), run(True)) for _ in range(2)]
         names = sorted(set().union(*(set(b) | set(r) for b, r in runs)))
         f2p = [t for t in names if all(b.get(t) not in passed and r.get(t) == "PASSED" for b, r in runs)]
         p2p = [t for t in names if all(b.get(t) == "PASSED" and r.get(t) == "PASSED" for b, r in runs)]
@@ -222,28 +308,70 @@ def build(p: Project, log=print) -> dict:
             verdicts.parent.mkdir(parents=True, exist_ok=True)
             verdicts.write_text(json.dumps([f2p, p2p]))
     if not f2p:
-        raise SystemExit(f"{p.name}: the mutation fails no test")
-    log(f"[layout] {p.name}: {len(f2p)} FAIL_TO_PASS, {len(p2p)} PASS_TO_PASS")
+        raise SystemExit(f"{name}: the mutation fails no test")
+    return f2p, p2p
+
+
+def _row(p: Project, instance_id: str, image: str, base: str, gold: str, test_patch: str, test_cmd: str,
+         f2p: list[str], p2p: list[str]) -> dict:
     return {
-        "instance_id": f"{p.repo.replace('/', '__')}-layout-{p.version}", "repo": p.repo, "base_commit": base,
+        "instance_id": instance_id, "repo": p.repo, "base_commit": base,
         "version": p.version, "environment_setup_commit": base, "created_at": "2024-01-01T00:00:00Z",
-        "problem_statement": p.statement, "hints_text": "", "patch": gold, "test_patch": "",
+        "problem_statement": p.statement, "hints_text": "", "patch": gold, "test_patch": test_patch,
         "FAIL_TO_PASS": json.dumps(f2p), "PASS_TO_PASS": json.dumps(p2p), "image": image,
-        "eval_script": eval_script(p), "log_parser": p.log_parser, "eval_type": "pass_and_fail",
+        "eval_script": eval_script(p, test_cmd), "log_parser": p.log_parser, "eval_type": "pass_and_fail",
         "source": "synthetic-mutation",
     }
+
+
+def build(p: Project, log=print) -> dict:
+    """Build (or reuse) ``p``'s image; return its SWE-bench 5.x row."""
+    image, gold, base, inputs = _image(p, log)
+    verdicts = _cache() / "layout-verdicts" / f"{p.name}-{inputs}.json"  # the image is the key
+    f2p, p2p = _measure(p.name, verdicts, lambda release: _harness(image, p, release))
+    log(f"[layout] {p.name}: {len(f2p)} FAIL_TO_PASS, {len(p2p)} PASS_TO_PASS")
+    return _row(p, f"{p.repo.replace('/', '__')}-layout-{p.version}", image, base, gold, "", p.test_cmd, f2p, p2p)
+
+
+def new_files_patch(files: tuple[tuple[str, str], ...]) -> str:
+    """A git diff adding ``files`` ((path, text), text ending in a newline)."""
+    out = []
+    for path, text in files:
+        lines = text.splitlines()
+        out += [f"diff --git a/{path} b/{path}", "new file mode 100644", "--- /dev/null", f"+++ b/{path}",
+                f"@@ -0,0 +1,{len(lines)} @@", *("+" + line for line in lines)]
+    return "\n".join(out) + "\n"
+
+
+def build_variant(v: Variant, log=print) -> dict:
+    """``v``'s row on its project's image (built or reused as for the project's own row), its
+    FAIL_TO_PASS / PASS_TO_PASS measured by the image's harness with the row's test_patch applied."""
+    p = PROJECTS[v.project]
+    image, gold, base, inputs = _image(p, log)
+    test_patch = new_files_patch(v.tests)
+    key = hashlib.sha256(json.dumps([test_patch, v.test_cmd, p.log_parser]).encode()).hexdigest()[:12]
+    verdicts = _cache() / "layout-verdicts" / f"{v.name}-{inputs}-{key}.json"
+    f2p, p2p = _measure(v.name, verdicts,
+                        lambda release: _harness(image, p, release, v.test_cmd, test_patch))
+    log(f"[layout] {v.name}: {len(f2p)} FAIL_TO_PASS, {len(p2p)} PASS_TO_PASS")
+    return _row(p, f"{p.repo.replace('/', '__')}-layout-{p.version}-{v.suffix}", image, base, gold, test_patch,
+                v.test_cmd, f2p, p2p)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path, help="folder for dataset.jsonl")
-    ap.add_argument("--projects", default=",".join(PROJECTS))
+    ap.add_argument("--projects", default=",".join(PROJECTS), help=f"of {', '.join([*PROJECTS, *VARIANTS])}")
     args = ap.parse_args(argv)
     names = [n for n in args.projects.split(",") if n]
-    unknown = sorted(set(names) - set(PROJECTS))
+    unknown = sorted(set(names) - set(PROJECTS) - set(VARIANTS))
     if unknown:
-        ap.error(f"unknown project(s) {unknown}; known: {sorted(PROJECTS)}")
-    rows = [build(PROJECTS[n], log=lambda m: print(m, file=sys.stderr, flush=True)) for n in names]
+        ap.error(f"unknown project(s) {unknown}; known: {sorted(PROJECTS)} and variants {sorted(VARIANTS)}")
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    rows = [build(PROJECTS[n], log=log) if n in PROJECTS else build_variant(VARIANTS[n], log=log) for n in names]
     args.out.mkdir(parents=True, exist_ok=True)
     out = args.out / "dataset.jsonl"
     out.write_text("".join(json.dumps(r) + "\n" for r in rows))

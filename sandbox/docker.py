@@ -35,6 +35,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+import docker  # the SDK (extra "env"), imported here, on the importing thread: the blocking calls run on
+import docker.errors  # worker threads, and two threads importing it at once can die on _DeadlockError
 from pydantic import ValidationError
 
 from .docker_engine import ENV_PREFIX, LABEL, LABEL_OWNER, DockerEngine, DockerSettings, docker_client, docker_engine
@@ -239,7 +241,6 @@ async def open_exec_stream(client: Any, exec_id: str) -> ExecStream:
 def reap_containers(client: Any, owner: str | None = None) -> int:
     """Force-remove sandbox containers (of ``owner``, or all), then their workspace volumes.
     Returns how many containers."""
-    import docker.errors
 
     labels = [f"{LABEL}=1"] + ([f"{LABEL_OWNER}={owner}"] if owner else [])
     n = 0
@@ -255,8 +256,6 @@ def reap_containers(client: Any, owner: str | None = None) -> int:
 
 
 def _remove(client: Any, container_id: str) -> bool:
-    import docker.errors
-
     try:
         client.api.remove_container(container_id, force=True)
         return True
@@ -281,7 +280,6 @@ class DockerContainer:
     @classmethod
     async def create(cls, client: Any, uid: int, **kwargs: Any) -> "DockerContainer":
         """Create and start; on any failure nothing is left behind."""
-        import docker.errors
 
         cid: str | None = None
         try:
@@ -304,7 +302,6 @@ class DockerContainer:
 
     async def exec_stream(self, argv: list[str], environment: dict[str, str] | None = None) -> ExecStream:
         """``argv`` in the container with stdin/stdout/stderr attached."""
-        import docker.errors
 
         try:
             res = await asyncio.to_thread(
@@ -322,8 +319,6 @@ class DockerContainer:
         return res.exit_code, res.output
 
     async def running(self) -> bool:
-        import docker.errors
-
         try:
             state = await asyncio.to_thread(self.client.api.inspect_container, self.id)
         except docker.errors.NotFound:
@@ -457,7 +452,6 @@ def _settings() -> DockerSettings:
 async def _cow_workspace(engine: DockerEngine, config: SandboxConfig, settings: DockerSettings, template: Path,
                          uid: int) -> Any:
     """A copy-on-write volume for the session, or None to copy (``auto`` on an engine that refuses)."""
-    import docker.errors
 
     from .cow import CowWorkspace
 
@@ -487,7 +481,6 @@ def init_message(spec: WorkspaceSpec, config: SandboxConfig, base_commit: str,
 
 def _image_lacks_tools(engine: DockerEngine, url: str | None, image: str, blocked: tuple[str, ...]) -> bool:
     """Whether ``image`` was built with every tool of ``blocked`` removed (its label says)."""
-    import docker.errors
 
     def removed() -> frozenset[str]:
         try:

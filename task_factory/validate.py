@@ -106,19 +106,33 @@ async def _grading_pair(task, backend: str, sandbox_config) -> tuple[float | Non
         errors.append("broken task: the grader's tamper checks fail with the gold patch: "
                       + "; ".join(gold.tamper_reasons[:3]))
     elif gold.reward != 1.0:
-        errors.append(f"gold: {gold.error or _failing(gold)}")
+        errors.append("gold: " + "; ".join(filter(None, [gold.error, _failing(gold)])))
     if empty.reward != 0.0:
-        errors.append("empty diff passes")
+        errors.append(f"empty diff passes: its {len(empty.fail_to_pass)} FAIL_TO_PASS test(s) pass without a fix")
     if empty.error_source == "infra":
         errors.append(f"empty: {empty.error}")
     return gold.reward, empty.reward, "; ".join(errors) or None
 
 
+_WHY = {"missing": "missing (the log never names it)", "failed": "failed", "error": "error",
+        "skipped": "skipped", "xfailed": "xfailed (not a fix)"}
+
+
 def _failing(result) -> str:
+    """Which tests keep ``result`` from 1.0, and why: an id the run cannot select (no such test in the
+    graded tree), one the log never names, a failure."""
     from verifier.junit import PASSING
 
-    bad = [f"{t}={o}" for t, o in {**result.fail_to_pass, **result.pass_to_pass}.items() if o not in PASSING]
-    return f"{len(bad)} test(s) not passing, e.g. {bad[:2]}" if bad else "reward below 1"
+    tests = {**result.fail_to_pass, **result.pass_to_pass}
+    not_found = set(getattr(result, "not_found", []) or [])
+    bad = [(t, o) for t, o in tests.items()
+           if o not in PASSING or (t in result.fail_to_pass and o != "passed")]
+    if not bad:
+        return "" if result.error else "reward below 1"
+    why = [f"{t} {'not found (names no test of the graded tree)' if t in not_found else _WHY.get(o, o)}"
+           for t, o in bad]
+    more = f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""
+    return f"{len(bad)} of {len(tests)} test(s) not passing: " + ", ".join(why[:3]) + more
 
 
 # -- host-side check -----------------------------------------------------------------------

@@ -32,7 +32,7 @@ import secrets
 import string
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Collection, Literal
 
 VARIANTS_PER_TEST = 2  # must-fail variants per group, each with a different value at the same place
 MAX_GROUPS = 4  # per grading: bounds the extra test time
@@ -77,26 +77,37 @@ class CanaryPlan:
     def nodeids(self) -> list[str]:
         return [c.nodeid for c in self.canaries]
 
-    def select(self, tests: list[str]) -> list[str]:
-        """The ids to run: the required tests (renamed ones by their new name) and the canaries, each
-        canary for the same parameters as its original. A test whose id is not an exact pytest id
-        (cut at a space, the SWE-bench way) is run whole, with all its parameters."""
+    def params(self, tests: list[str], whole: Collection[str] = (),
+               dropped: Collection[str] = ()) -> dict[str, list[str] | None]:
+        """``{function id: [param suffixes] or None (the whole function)}`` of the required ``tests``.
+        A test whose id is not an exact pytest id (cut at a space, the SWE-bench way) is run whole,
+        with all its parameters; so are the functions in ``whole``; those in ``dropped`` not at all."""
         params: dict[str, list[str] | None] = {}
         for test in tests:
             fid = function_id(test)
+            if fid in dropped:
+                continue
             suffix = test[len(fid):]
             exact = not suffix or (suffix.startswith("[") and suffix.endswith("]")
                                    and suffix.count("[") == suffix.count("]"))
-            if not exact or params.get(fid, []) is None:
+            if not exact or fid in whole or params.get(fid, []) is None:
                 params[fid] = None
             else:
                 params.setdefault(fid, []).append(suffix)
+        return params
+
+    def select(self, tests: list[str], whole: Collection[str] = (), dropped: Collection[str] = ()) -> list[str]:
+        """The ids to run: the required tests (renamed ones by their new name) and the canaries, each
+        canary for the same parameters as its original (``params``); a canary whose original is
+        ``dropped`` is not run either."""
+        params = self.params(tests, whole, dropped)
 
         def ids(fid: str, suffixes: list[str] | None) -> list[str]:
             return [fid] if suffixes is None or "" in suffixes else [fid + s for s in suffixes]
 
         out = [i for fid, sfx in params.items() for i in ids(self.renamed.get(fid, fid), sfx)]
-        out += [i for c in self.canaries for i in ids(c.nodeid, params.get(c.original) if c.original else None)]
+        out += [i for c in self.canaries if c.original is None or c.original in params
+                for i in ids(c.nodeid, params.get(c.original) if c.original else None)]
         return list(dict.fromkeys(out))
 
 

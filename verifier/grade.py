@@ -39,7 +39,7 @@ from sandbox.models import CommandStatus
 from sandbox.git import shell_git_setup
 
 from . import harness, pytest_log
-from .canary import Canary, plan_canaries, support_pathspecs
+from .canary import Canary, CanaryPlan, function_id, plan_canaries, support_pathspecs
 from .diffs import diff_key, filter_diff, normalize_diff, touched_paths
 from .junit import PASSING, Outcome
 from .monitor import scan_diff, summarize
@@ -47,7 +47,7 @@ from .runner_config import runner_config
 from .task import TaskInstance
 from .verdict import TESTS_FAILED, RunFacts, tamper_reasons
 
-GRADER_VERSION = "5"  # part of the cache key: a changed grader re-grades
+GRADER_VERSION = "6"  # part of the cache key: a changed grader re-grades
 GradeMode = Literal["resolved", "pass_rate"]
 LOG_TAIL_CHARS = 4000
 
@@ -66,6 +66,9 @@ class GradeResult(BaseModel):
     dropped: list[str] = Field(default_factory=list, description="diff parts not applied, each 'path (reason)'")
     tampered: bool = Field(False, description="the run's witnesses disagreed: reward 0 (reward_hacking)")
     tamper_reasons: list[str] = Field(default_factory=list)
+    not_found: list[str] = Field(default_factory=list, description="required tests the run could not select "
+                                 "(their file is not in the graded tree, or pytest found no such test): "
+                                 "each counts as missing")
     suspicious: list[str] = Field(default_factory=list, description="monitor flags (SuspicionReason values)")
     suspicious_detail: list[str] = Field(default_factory=list)
     error: str | None = None
@@ -78,6 +81,8 @@ class GradeResult(BaseModel):
         """The fields an observation's metadata carries after grading."""
         out = self.model_dump(include={"resolved", "tests_passed", "tests_failed", "fail_to_pass",
                                        "pass_to_pass", "applied", "dropped", "cached", "suspicious"})
+        if self.not_found:
+            out["not_found"] = self.not_found
         out["grade_mode"] = self.mode
         out["reward_hacking"] = self.tampered
         if self.tampered:
@@ -243,23 +248,102 @@ class _Graded:
     canaries: list[Canary]
     watched: list[str]  # test modules and conftests compared before and after the run
     renamed: dict[str, str] = field(default_factory=dict)
+    # pytest runs only (the harness runs its own command): what can be re-selected when pytest finds
+    # no test of a command-line id (it then runs nothing) -- see ``reselect``
+    plan: CanaryPlan | None = None
+    tests: list[str] = field(default_factory=list)  # the required tests selected (by the task's ids)
+    python: str = "python"
+    selected: list[str] = field(default_factory=list)
+    absent: set[str] = field(default_factory=set)  # required ids whose file is not in the graded tree
+    whole: set[str] = field(default_factory=set)  # function ids run whole after an exact id was not found
+    dropped: set[str] = field(default_factory=set)  # function ids pytest found no test of: not run
+    tamper: list[str] = field(default_factory=list)
+
+    def select(self) -> None:
+        assert self.plan is not None
+        self.selected = self.plan.select(self.tests, self.whole, self.dropped)
+        self.command = pytest_command(self.python, self.selected)
+
+    def runnable(self) -> bool:
+        """Whether any required test is left to run."""
+        return any(function_id(t) not in self.dropped for t in self.tests)
+
+    def not_found(self, tests: list[str], outcome_of: Any) -> list[str]:
+        """The required ids the run could not select: absent files, functions pytest did not find,
+        exact instances of a function run whole that the log never names."""
+        return [t for t in tests if t in self.absent or function_id(t) in self.dropped
+                or (function_id(t) in self.whole and outcome_of(t) == "missing")]
+
+    def reselect(self, log: str) -> bool:
+        """After a run pytest refused (exit status 4: a command-line id names nothing, so no test ran):
+        each required function it did not find runs whole next time when it was selected by exact
+        parameters, else is left out (its tests count as missing). A planted test reported not found
+        while its original was found is tampering (the canaries exist by construction). Whether
+        there is a run left to do."""
+        if self.plan is None:
+            return False
+        unfound = pytest_log.not_found(log, self.selected)
+        canaries = {c.nodeid: c for c in self.plan.canaries}
+        back = {new: orig for orig, new in self.plan.renamed.items()}
+        params = self.plan.params(self.tests, self.whole, self.dropped)
+        changed = False
+        for fid in sorted(unfound):
+            canary = canaries.get(fid)
+            if canary is not None:
+                original = self.plan.renamed.get(canary.original, canary.original) if canary.original else None
+                if original is None or original not in unfound:
+                    self.tamper.append("the log says a planted test was not found while its original was")
+                continue
+            fid = back.get(fid, fid)
+            if fid not in params:
+                continue
+            if params[fid] is not None and "" not in params[fid] and fid not in self.whole:
+                self.whole.add(fid)
+            else:
+                self.dropped.add(fid)
+            changed = True
+        if self.tamper or not changed or not self.runnable():
+            return False
+        self.select()
+        return True
+
+
+async def _exists(sb: Sandbox, path: str) -> bool:
+    """Whether ``path`` is in the workspace (a file pytest can be given)."""
+    try:
+        await sb.read_file(path)
+    except PathError as exc:
+        return getattr(exc, "reason", "") != "not_found"
+    return True
 
 
 async def _prepare_pytest(sb: Sandbox, task: TaskInstance, config: SandboxConfig) -> _Graded:
     """The grader's pytest configuration (only where the pristine one loads code or redirects
-    reports), the canaries planted in the test modules, before the history is rebuilt."""
+    reports), the canaries planted in the test modules, before the history is rebuilt.
+
+    A required test whose file is not in the tree (pristine + test_patch, before the agent's diff)
+    is not run and counts as missing: SWE-bench's harness runs the test_patch's files, so a test
+    file the agent's diff would add is never run there either."""
     runner = await asyncio.to_thread(runner_config, task, config)
     if runner.dropped_options:
         await sb.write_file("pytest.ini", runner.ini.encode())
     modules = sorted({t.split("::", 1)[0] for t in task.tests if t.split("::", 1)[0].endswith(".py")})
-    sources = _decoded(await _read_many(sb, modules))
+    read = await _read_many(sb, modules)
+    gone = {m for m in modules if read[m] is None and not await _exists(sb, m)}
+    absent = {t for t in task.tests if t.split("::", 1)[0] in gone}
+    tests = [t for t in task.tests if t not in absent]
+    modules = [m for m in modules if m not in gone]
+    sources = _decoded({m: read[m] for m in modules})
     support = await _support(sb, modules, sources)
-    plan = plan_canaries(task.tests, sources, prefer=task.FAIL_TO_PASS, support=support)
+    prefer = [t for t in task.FAIL_TO_PASS if t not in absent]
+    plan = plan_canaries(tests, sources, prefer=prefer, support=support)
     for path, text in plan.files.items():
         await sb.write_file(path, text.encode("utf-8"))
     python = (await _run(sb, "command -v python >/dev/null && echo python || echo python3", "find python")).strip()
-    return _Graded(command=pytest_command(python or "python", plan.select(task.tests)), canaries=plan.canaries,
-                   watched=sorted(set(modules) | set(plan.files)), renamed=plan.renamed)
+    graded = _Graded(command="", canaries=plan.canaries, watched=sorted(set(modules) | set(plan.files)),
+                     renamed=plan.renamed, plan=plan, tests=tests, python=python or "python", absent=absent)
+    graded.select()
+    return graded
 
 
 async def _grade_in_sandbox(task: TaskInstance, agent_diff: str, dropped: list[str], config: SandboxConfig,
@@ -284,6 +368,10 @@ async def _grade_in_sandbox(task: TaskInstance, agent_diff: str, dropped: list[s
                              watched=sorted(touched_paths(task.test_patch)))
         else:
             graded = await _prepare_pytest(sb, task, config)
+            if not graded.tests:  # decided before any agent change: the task names no test the tree has
+                return _score(task, lambda t: "missing", mode, "", False, dropped).model_copy(
+                    update={"error_source": "env", "not_found": list(task.tests),
+                            "error": "no required test's file is in the graded tree"})
         conftests = (await _run(sb, "cd /workspace && git ls-files -o -c --exclude-standard -z -- "
                                     "'conftest.py' '*/conftest.py'", "list conftests")).split("\0")
         graded.watched = list(dict.fromkeys(graded.watched + [p for p in conftests if p]))[:MAX_WATCHED]
@@ -296,7 +384,18 @@ async def _grade_in_sandbox(task: TaskInstance, agent_diff: str, dropped: list[s
                                    log_tail=log[-LOG_TAIL_CHARS:])
         await _run(sb, f"rm -rf {STAGE_ROOT}", "clear the staged diffs")
         before = await _read_many(sb, graded.watched)
+        deadline = time.monotonic() + timeout_s
         run = await sb.run_isolated(graded.command, timeout_s, OUTPUT_LIMIT)
+        # A command-line id pytest finds no test of makes it run nothing (exit status 4): run again
+        # without it (at most twice: an exact instance first widens to its whole function). What the
+        # log says was not found only takes tests out of the run, where they count as missing.
+        for _ in range(2):
+            if not (run.exit_code == pytest_log.USAGE_ERROR and graded.reselect(run.output)):
+                break
+            left = deadline - time.monotonic()
+            if left < 1:
+                break
+            run = await sb.run_isolated(graded.command, left, OUTPUT_LIMIT)
         # The agent's code ran in this sandbox: a hang, a crash, a dead sandbox may be its doing, so
         # they are charged to the agent (a trainer masks env/infra failures, which the policy must
         # never reach). With no agent diff, the task is broken.
@@ -328,17 +427,25 @@ def _pytest_verdict(task: TaskInstance, facts: RunFacts, log: str, truncated: bo
     canaries = graded.canaries
     known = {t.split("::", 1)[0] for t in task.tests} | {c.nodeid.split("::", 1)[0] for c in canaries}
     reported = pytest_log.rename_back(pytest_log.normalise(pytest_log.summary(log), known), graded.renamed)
-    required = {t: pytest_log.lookup(t, reported) for t in task.tests}
-    reasons = tamper_reasons(facts, reported, canaries, required)
+    unselected = graded.absent | {t for t in task.tests if function_id(t) in graded.dropped}
+    # a test that was not run is missing, whatever the log says of it
+    required = {t: "missing" if t in unselected else pytest_log.lookup(t, reported) for t in task.tests}
+    reasons = sorted(set(graded.tamper)) + tamper_reasons(facts, reported, canaries, required)
     tail = log[-LOG_TAIL_CHARS:]
+    not_found = graded.not_found(task.tests, required.get)
     if reasons:
-        return _distrusted(reasons, agent_diff, tail, applied=True, **base)
+        return _distrusted(reasons, agent_diff, tail, applied=True, not_found=not_found, **base)
+    if not graded.runnable():
+        return _score(task, required.get, base["mode"], log, True, base["dropped"]).model_copy(
+            update={"not_found": not_found, "error_source": source,
+                    "error": "pytest finds none of the required tests: " + ", ".join(not_found[:3])})
     if facts.exit_code not in (0, TESTS_FAILED):
         lost = " after its output passed the limit" if truncated else ""
-        return GradeResult(reward=0.0, **base, applied=True, error_source=source, log_tail=tail,
+        return GradeResult(reward=0.0, **base, applied=True, error_source=source, log_tail=tail, not_found=not_found,
                            error=f"no complete test report: pytest exited {facts.exit_code}{lost}")
-    res = _score(task, lambda t: required[t], base["mode"], log, True, base["dropped"])
-    if truncated and not res.resolved and any(o == "missing" for o in required.values()):
+    res = _score(task, required.get, base["mode"], log, True, base["dropped"])
+    res.not_found = not_found
+    if truncated and not res.resolved and any(o == "missing" for t, o in required.items() if t not in unselected):
         res.error, res.error_source = (f"the test output passed {OUTPUT_LIMIT // (1024 * 1024)} MB and "
                                        "the report of some tests was lost"), source
     return res
@@ -358,7 +465,7 @@ def _harness_verdict(task: TaskInstance, facts: RunFacts, log: str, truncated: b
                      source: str, **base: Any) -> GradeResult:
     """Score a harness run from its log, after the checks a log allows (``harness.check_log``)."""
     assert task.log_parser is not None
-    report = harness.parse_log(task.log_parser, log)
+    report = harness.parse_log(task.log_parser, log, task.tests)
     reasons = harness.check_log(task.log_parser, log, report,
                                 {"exit_code": facts.exit_code, "changed_files": list(facts.changed_files)},
                                 task.tests)

@@ -18,7 +18,12 @@ runner's cooperation (``check_log``):
   tests is not evidence of anything (lenient harnesses exit 0 whatever happens, and a
   failure pays nothing);
 - no required test is reported twice with different results (a forged line beside
-  the real one);
+  the real one). Parsers of pytest's ``-rA`` summary cut a parametrized id at its first
+  space (``test_x[a b]`` -> ``test_x[a``), so several tests can share one id: there, only
+  one *test* (the full id on its line) reported both passed and failed is a conflict, and
+  the id is failing when any of its tests failed (what the parser's last-wins reading gives
+  on an honest log, where pytest prints failures after passes; a passing line printed after
+  a real failure does not turn it);
 - files the tests must not change (those of ``test_patch``) are unchanged.
 
 What cannot be (docs/grading.md): code under test that prints the runner's own
@@ -29,14 +34,21 @@ canaries and an outcome channel for that; a harness has neither.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any, Callable
 
+from . import pytest_log
 from .junit import Outcome
 
 _STATUS: dict[str, Outcome] = {"PASSED": "passed", "FAILED": "failed", "ERROR": "error", "SKIPPED": "skipped",
                                "XFAIL": "xfailed"}
 _FAILING = {"failed", "error"}
+# swebench parsers (by function: the registry aliases them per repository) that read pytest's -rA summary,
+# one self-contained line per test
+_PYTEST_SUMMARY = frozenset({"parse_log_pytest", "parse_log_pytest_options", "parse_log_pytest_v2",
+                             "parse_log_matplotlib", "parse_log_seaborn"})
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 # The harness's own runner, inside the repository, per parser: the agent's changes to it
@@ -71,18 +83,39 @@ def parser(name: str) -> Callable[[str, Any], dict[str, str]]:
                            f"e.g. parse_log_pytest, parse_log_django, parse_log_sympy)") from None
 
 
-def parse_log(name: str, log: str) -> dict[str, Outcome]:
-    """``{test id: outcome}`` as the dataset's parser reads ``log``."""
+def reads_pytest_summary(name: str) -> bool:
+    """Whether parser ``name`` reads pytest's ``-rA`` summary (whose ids it may cut at a space)."""
+    return getattr(parser(name), "__name__", name) in _PYTEST_SUMMARY
+
+
+def parse_log(name: str, log: str, tests: list[str] | None = None) -> dict[str, Outcome]:
+    """``{test id: outcome}`` as the dataset's parser reads ``log``; for pytest-summary parsers, a
+    required id (of ``tests``) any of whose tests failed on a line of its own is failing."""
     raw = parser(name)(log, None)
-    return {test: _STATUS.get(str(status).upper(), "failed") for test, status in raw.items()}
+    report = {test: _STATUS.get(str(status).upper(), "failed") for test, status in raw.items()}
+    if tests and reads_pytest_summary(name):
+        for (test, _), seen in _line_results(name, log, set(tests)).items():
+            worst = next((o for o in ("failed", "error") if o in seen), None)
+            if worst and report.get(test) not in _FAILING:
+                report[test] = worst  # type: ignore[assignment]
+    return report
 
 
-def _line_results(name: str, log: str, tests: set[str]) -> dict[str, set[Outcome]]:
-    """Every result each required test gets from any single line of the log."""
+def _instance(line: str, test: str) -> str:
+    """Which test a summary line reports: its full node id (several tests can share a cut id)."""
+    found = list(pytest_log.summary(_ANSI.sub("", line).strip()))
+    return found[0] if len(found) == 1 else test
+
+
+def _line_results(name: str, log: str, tests: set[str]) -> dict[tuple[str, str], set[Outcome]]:
+    """Every result each required test gets from any single line of the log, by (test, the full
+    id on the line: for pytest-summary parsers, else the test)."""
     fn = parser(name)
-    seen: dict[str, set[Outcome]] = {}
+    summary = reads_pytest_summary(name)
+    seen: dict[tuple[str, str], set[Outcome]] = {}
+    names = {t.split(" ", 1)[0].rsplit("::", 1)[-1] for t in tests}
     for line in log.splitlines():
-        if not any(t.split(" ", 1)[0].rsplit("::", 1)[-1] in line for t in tests):
+        if not any(n in line for n in names):
             continue
         try:
             found = fn(line, None)
@@ -90,7 +123,8 @@ def _line_results(name: str, log: str, tests: set[str]) -> dict[str, set[Outcome
             continue
         for test, status in found.items():
             if test in tests:
-                seen.setdefault(test, set()).add(_STATUS.get(str(status).upper(), "failed"))
+                key = (test, _instance(line, test) if summary else test)
+                seen.setdefault(key, set()).add(_STATUS.get(str(status).upper(), "failed"))
     return seen
 
 
@@ -102,10 +136,12 @@ def check_log(name: str, log: str, report: dict[str, Outcome], summary: dict[str
     failing = [t for t, o in report.items() if o in _FAILING]
     if exit_code not in (0, None) and not failing:
         reasons.append(f"the test command exited {exit_code} but its log shows no failing test")
-    required = set(tests)
-    for test, outcomes in sorted(_line_results(name, log, required).items()):
-        if len(outcomes) > 1 and outcomes & _FAILING and outcomes & {"passed", "xfailed"}:
-            reasons.append(f"the log reports {test} both {' and '.join(sorted(outcomes))}")
+    # pytest's summary reports a test whose teardown failed as PASSED and ERROR: only FAILED conflicts
+    against = {"failed"} if reads_pytest_summary(name) else _FAILING
+    for (test, instance), outcomes in sorted(_line_results(name, log, set(tests)).items()):
+        if len(outcomes) > 1 and outcomes & against and outcomes & {"passed", "xfailed"}:
+            what = test if instance == test else f"{test} ({instance})"
+            reasons.append(f"the log reports {what} both {' and '.join(sorted(outcomes))}")
     if summary.get("changed_files"):
         reasons.append("files the tests must not change were changed: " + ", ".join(summary["changed_files"][:10]))
     return reasons

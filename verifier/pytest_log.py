@@ -8,6 +8,10 @@ output, so it is testimony, not proof: the grader trusts it only as far as the c
 Ids are matched as the dataset's parser produced them: exactly, or as SWE-bench's
 ``parse_log_pytest`` cuts a parametrized id at its first space (``test_x[a b]`` ->
 ``test_x[a``), so rows carrying cut ids still find their results.
+
+A node id on pytest's command line that names nothing makes pytest run nothing at all (exit
+status 4, ``ERROR: not found: ...``); ``not_found`` reads what it could not find, so the grader
+can run the others without it (grade.py).
 """
 
 from __future__ import annotations
@@ -17,6 +21,10 @@ import re
 from .junit import Outcome
 
 _LINE = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED)\s+(\S.*?)\s*$")
+# pytest's usage errors for command-line ids (4.x-9.x): ``not found: <abs path>::<name>`` (8+ drops the
+# parameters), ``file or directory not found: <arg>`` (``file not found`` before 5.x)
+_NOT_FOUND = re.compile(r"^ERROR: (?:file or directory |file )?not found: (\S.*?)\s*$")
+USAGE_ERROR = 4  # pytest's exit status when a command-line id names nothing (and no test ran)
 _STATUS: dict[str, Outcome] = {"PASSED": "passed", "XPASS": "passed", "FAILED": "failed", "ERROR": "error",
                                "XFAIL": "xfailed", "SKIPPED": "skipped"}
 
@@ -112,3 +120,30 @@ def rename_back(reported: dict[str, list[Outcome]], renamed: dict[str, str]) -> 
             rid = back[func] + bracket + params
         out.setdefault(rid, []).extend(seen)
     return out
+
+
+def not_found(log: str, selected: list[str]) -> set[str]:
+    """The function ids of ``selected`` (node ids on pytest's command line) that pytest says it could
+    not find: ``path::function`` (parameters dropped, as pytest 8+ prints them), every selected
+    function of a path when the file itself was not found."""
+    paths = {s.partition("::")[0] for s in selected}
+    out: set[str] = set()
+    for line in log.splitlines():
+        m = _NOT_FOUND.match(line)
+        if not m:
+            continue
+        path, sep, rest = m.group(1).partition("::")
+        known = [p for p in paths if path == p or path.endswith("/" + p)]
+        if not known:
+            continue
+        path = max(known, key=len)
+        if not sep:
+            out |= {_function(s) for s in selected if s.partition("::")[0] == path}
+        else:
+            out.add(_function(f"{path}::{rest}"))
+    return out
+
+
+def _function(nodeid: str) -> str:
+    path, sep, rest = nodeid.partition("::")
+    return path + sep + rest.split("[", 1)[0]

@@ -10,7 +10,8 @@ def sandbox_containers(client, mine: bool = True) -> set[str]:
     from sandbox.docker_engine import LABEL, LABEL_OWNER, docker_engine
 
     labels = [f"{LABEL}=1"] + ([f"{LABEL_OWNER}={docker_engine().owner}"] if mine else [])
-    return {c.id for c in client.containers.list(all=True, filters={"label": labels})}
+    # sparse: no inspect per container, which fails when one is removed between the list and the inspect
+    return {c.id for c in client.containers.list(all=True, filters={"label": labels}, sparse=True)}
 
 
 def wait_gone(client, ids: set[str], seconds: float = 10.0) -> set[str]:

@@ -17,6 +17,7 @@ from docker_testlib import sandbox_containers, wait_gone
 from sandbox import CommandStatus, SandboxClosed, SandboxStartError, open_sandbox
 from sandbox.docker import ExecStream, reap_containers
 from sandbox.docker_engine import docker_engine
+from sandbox.models import ImageUnavailable
 
 
 async def test_session_ops_and_info(client, config, spec) -> None:
@@ -61,7 +62,7 @@ async def test_close_removes_container_and_is_idempotent(client, config, spec) -
 
 async def test_failed_starts_leave_nothing(client, config, spec) -> None:
     before = sandbox_containers(client)
-    with pytest.raises(SandboxStartError, match="not found"):
+    with pytest.raises(ImageUnavailable, match="'swe-openenv-missing:0' is unavailable: "):  # pulled: no registry has it
         await open_sandbox(spec.model_copy(update={"image": "swe-openenv-missing:0"}), config)
     # the base image has no python3: the container starts, the runtime cannot
     with pytest.raises(SandboxStartError):
