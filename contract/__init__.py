@@ -3,7 +3,8 @@
 ``errors`` (error frames, error-site markers and blame), ``actions`` (tool calls and the served tool
 schemas), ``observations`` (observations, state, the state(t) record), ``frames`` (``/ws`` and ``/mux``
 requests and replies) and ``rendering`` (the policy's context, rendered the same way on both sides).
-``overrides`` is the ``--set key=value`` grammar all commands share. Pure pydantic and YAML: the server,
+``overrides`` is the ``--set key=value`` grammar all commands share; ``extras`` names the install
+extra each command needs (one line instead of a ModuleNotFoundError). Pure pydantic and YAML: the server,
 the verifier, the client library and the trainer import it; it imports none of them.
 """
 

@@ -32,12 +32,24 @@ class EnvTimeoutError(EnvClientError, TimeoutError):
 
 
 class EnvAuthError(EnvClientError, PermissionError):
-    """The replica refused the bearer token (HTTP 401/403 at the handshake, or an UNAUTHORIZED frame)."""
+    """The replica refused the bearer token (HTTP 401/403 at the handshake, or an UNAUTHORIZED frame).
+
+    The message says what a caller of this library does about it (`HINT`); a command-line tool
+    that takes the token as a flag says so in its own words with `reword` (the trainer CLI:
+    "pass --env-token or set ENV_SERVER_TOKEN")."""
+
+    #: the remedy, in the library's terms (the message ends with it, in parentheses)
+    HINT = (f"pass the replica's token to the client: token=..., ClientConfig(token=...) or ?token= on its "
+            f"URL; resolve_token() reads ${TOKEN_ENV}")
 
     def __init__(self, url: str):
-        super().__init__(f"env replica {url} refused the connection: missing or wrong bearer token "
-                         f"(pass --env-token or set {TOKEN_ENV})")
+        super().__init__(f"env replica {url} refused the connection: missing or wrong bearer token ({self.HINT})")
         self.url = url
+
+    @classmethod
+    def reword(cls, text: str, hint: str) -> str:
+        """`text` (this error's message, or one that quotes it) with the library's remedy replaced by `hint`."""
+        return text.replace(cls.HINT, hint)
 
 
 class MissingDependencyError(EnvClientError, ImportError):

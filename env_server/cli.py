@@ -1,4 +1,9 @@
-"""``env-server serve ...``: run the environment server (task production is ``task-factory``)."""
+"""``env-server serve ...``: run the environment server (task production is ``task-factory``).
+
+The console script needs the ``env`` extra: ``main`` checks its key modules before anything imports
+them (this module imports the server's settings, and through them starlette, only when a command
+runs), so a ``[client]`` install's ``env-server`` says which extra to install instead of a traceback.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +13,17 @@ import sys
 from collections import Counter
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic.fields import FieldInfo
 
+from contract.extras import missing_extra
 from contract.overrides import apply_overrides, read_yaml_mapping, set_dotted
 from sandbox import backend_names
 
-from .config import ServerConfig
+if TYPE_CHECKING:  # imported where used: it needs the env extra (starlette), checked by main first
+    from .config import ServerConfig
 
 
 def _named_tokens(values: list[str] | None, flag: str) -> dict[str, str]:
@@ -172,6 +179,8 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
     for key, value in _identities(args).items():
         if value:
             raw[key] = value
+    from .config import ServerConfig
+
     return ServerConfig.model_validate(raw)
 
 
@@ -181,6 +190,8 @@ def _dest(flag: str) -> str:
 
 def _setting(key: str) -> FieldInfo:
     """The model field a dotted key names."""
+    from .config import ServerConfig
+
     model: Any = ServerConfig
     *parents, leaf = key.split(".")
     for part in parents:
@@ -196,6 +207,8 @@ def _default(defaults: ServerConfig, key: str) -> Any:
 
 
 def _add_flags(serve: argparse.ArgumentParser, only: tuple[str, ...] | None = None) -> None:
+    from .config import ServerConfig
+
     defaults = ServerConfig()
     for flag, key, extra in _FLAGS:
         if only is not None and flag not in only:
@@ -258,6 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    problem = missing_extra("env-server", "env")  # before anything imports the server (or --help builds it)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 1
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
 

@@ -7,6 +7,7 @@ import asyncio
 import sys
 from pathlib import Path
 
+from contract.extras import missing_extra
 from sandbox import DEFAULT_BACKEND, backend_names
 
 from .build import DEFAULT_TASKS_PER_PACKAGE, build_tasks
@@ -169,6 +170,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _missing_extra(args: argparse.Namespace) -> str | None:
+    """The one line naming the extra this command needs, when it is not installed (None: it can run).
+    The bwrap sandbox and the host need no extra; the Docker backend needs the Docker SDK of the
+    ``env`` extra, and Parquet files pyarrow of the ``datasets`` extra."""
+    command = f"task-factory {args.tasks_command}"
+    if getattr(args, "backend", None) == "docker":
+        return missing_extra(f"{command} --backend docker", "env", ("docker",))
+    if any(str(f).endswith(".parquet") for f in getattr(args, "files", None) or ()):
+        return missing_extra(f"{command} (Parquet)", "datasets", ("pyarrow",))
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    problem = _missing_extra(args)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 1
     return int(args.func(args) or 0)

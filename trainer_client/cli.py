@@ -24,13 +24,17 @@ import shlex
 import sys
 from collections.abc import Iterator
 
+from contract.extras import EXTRA_MODULES, missing_extra
 from env_client import TOKEN_ENV, EnvAuthError, NoLiveReplicaError, split_token
-from evaluation import EvaluationError, TaskSetError
 from trainer_client.ablate import ARMS, Arm, ablate
 from trainer_client.config import RunConfig
 from trainer_client.run import RunSetupError, resolve_config, train
 
-__all__ = ["build_parser", "config_from_args", "main"]
+__all__ = ["AUTH_HINT", "build_parser", "config_from_args", "main"]
+
+#: what to do about a refused token, in this CLI's words: replaces the client library's remedy
+#: (`EnvAuthError.HINT`, which speaks of `token=` / `ClientConfig`) in the errors `main` prints
+AUTH_HINT = f"pass --env-token or set {TOKEN_ENV}"
 
 
 def _add_run_args(p: argparse.ArgumentParser, tasks_help: str) -> None:
@@ -201,6 +205,9 @@ def _serve_checkpoint(checkpoint: str, args: argparse.Namespace) -> Iterator[tup
     options = LocalServeOptions(serve=args.serve, device=args.device, max_concurrency=args.concurrency)
     with LocalTeachers([checkpoint], options) as local:
         server = local.servers[0]
+        print(f"trainer-client evaluate: {checkpoint} served as {server.model} at {server.base_url} "  # ready
+              f"({args.serve}, up in {server.startup_s or 0:.1f}s; log {server.log_path})", file=sys.stderr,
+              flush=True)
         yield server.base_url, server.model
 
 
@@ -246,20 +253,45 @@ def _dry_run(cfg: RunConfig, args: argparse.Namespace) -> int:
     return 0
 
 
+# The extra each command needs: training runs need the trainer's (torch, TRL, ...); `replay` its
+# progress bar (tqdm) besides the client; `evaluate` with an endpoint and `tasks` run on the client
+# extra alone (`evaluate --model CHECKPOINT` says itself that serving needs the train extra).
+_NEEDS: dict[str | None, tuple[str, tuple[str, ...]]] = {
+    "train": ("train", EXTRA_MODULES["train"]),
+    "warmstart": ("train", EXTRA_MODULES["train"]),
+    "ablate": ("train", EXTRA_MODULES["train"]),
+    "replay": ("train", (*EXTRA_MODULES["client"], "tqdm")),
+}
+
+
+def _missing_extra(argv: list[str]) -> str | None:
+    """The one line naming the extra the command of `argv` needs, when it is not installed; looked
+    up before the parser is built (building it imports the evaluation harness, which needs httpx)."""
+    command = next((a for a in argv if not a.startswith("-")), None)  # trainer-client has no global options
+    extra, modules = _NEEDS.get(command, ("client", EXTRA_MODULES["client"]))
+    return missing_extra(f"trainer-client {command}" if command else "trainer-client", extra, modules)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit code. The library code under it raises typed errors and this is
     where they become one line on stderr (no traceback) and an exit code: 1 for a run refused by
     its config or inputs (`RunSetupError`), 2 for env servers that refuse the token or are not up.
     A command's own outcome is its return value (e.g. 1: a dry run that does not fit, a failed
-    ablation run); usage errors are argparse's (exit 2)."""
+    ablation run); usage errors are argparse's (exit 2). A missing extra: one line naming it, exit 1."""
+    problem = _missing_extra(sys.argv[1:] if argv is None else list(argv))
+    if problem:
+        print(problem, file=sys.stderr)
+        return 1
+    from evaluation import EvaluationError, TaskSetError  # after the check: it needs the client extra
+
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (RunSetupError, EvaluationError, TaskSetError) as exc:
-        print(f"trainer-client {args.command}: error: {exc}", file=sys.stderr)
+    except (RunSetupError, EvaluationError, TaskSetError) as exc:  # `evaluate` wraps a refused token in these
+        print(f"trainer-client {args.command}: error: {EnvAuthError.reword(str(exc), AUTH_HINT)}", file=sys.stderr)
         return 1
     except (EnvAuthError, NoLiveReplicaError) as exc:
-        print(f"trainer-client: error: {exc}", file=sys.stderr)
+        print(f"trainer-client: error: {EnvAuthError.reword(str(exc), AUTH_HINT)}", file=sys.stderr)
         return 2
 
 

@@ -5,7 +5,7 @@ SWE-bench-family instances whose tests are not plain pytest (Django's
 dataset defines: ``task.test_cmd`` runs in the graded tree (pristine tree + the
 agent's filtered diff + the hidden ``test_patch``, as for pytest) under the same
 supervisor, and ``task.log_parser`` (a name in ``swebench``'s parser registry, an
-optional dependency: ``pip install 'swe-openenv[datasets]'``) reads its log.
+optional dependency: ``pip install -e '.[datasets]'`` from the checkout) reads its log.
 
 The harness's runner files inside the repository (``RUNNER_PATHS``: Django's
 ``django/test/``, SymPy's ``sympy/testing/``) are the grader's: the agent's changes
@@ -75,7 +75,7 @@ def parser(name: str) -> Callable[[str, Any], dict[str, str]]:
         from swebench.harness.log_parsers import PARSER_REGISTRY
     except ImportError as exc:
         raise HarnessError(f"grading with log parser {name!r} needs the swebench package "
-                           f"(pip install 'swe-openenv[datasets]'): {exc}") from None
+                           f"(pip install -e '.[datasets]' from the checkout): {exc}") from None
     try:
         return PARSER_REGISTRY[name]
     except KeyError:

@@ -3,7 +3,9 @@
 One module per framework, each importing its framework only when it is itself imported
 (`import env_client` never does):
 
-- `env_client.adapters.skyrl`: a skyrl-gym `BaseTextEnv` (docs/frameworks/skyrl.md).
+- `env_client.adapters.skyrl`: a skyrl-gym `BaseTextEnv` (docs/frameworks/skyrl.md);
+  `env_client.adapters.skyrl_dataset` (framework-free) writes the dataset SkyRL trains on from
+  the env's task file (`python -m env_client.adapters.skyrl_dataset --tasks T --out train.parquet`).
 - `env_client.adapters.verifiers`: a verifiers v1 `Taskset` + `Toolset` (docs/frameworks/verifiers.md).
 
 Both point at running replicas (URLs and a bearer token); neither launches an environment.

@@ -9,11 +9,16 @@ running replica (reset with the row's `instance_id`) and appends the issue to th
 `step` parses the model's Hermes-style `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`
 blocks (skyrl-gym has no parser of its own; this is the format SkyRL's tool-calling examples
 and Qwen's chat template use), runs each call as an env tool, and returns the outputs as
-`<tool_response>` messages. The reward is the hidden tests' at `submit` (0.0 before); a
-trajectory that hits `max_turns` is submitted by the client (`origin: client`, left out of
-state(t)). Each step's `metadata` carries `episode_id`, `instance_id` and, for a failed call,
-`error_kind` / `hint_template_key` / `error_source`. Sessions of one process share one
-`EnvClient` (one /mux socket per replica); nothing here starts an environment.
+`<tool_response>` messages. The reward is the hidden tests' at `submit` (0.0 before). A
+trajectory ends (`done`) at `submit` or at its `max_turns`-th step, whichever comes first: at the
+limit the client submits (`submit_on_truncation`, the default: the hidden tests' reward, the
+submit marked `origin: client` and left out of state(t)), or, with `submit_on_truncation=False`,
+it closes the session unsubmitted (reward 0.0; the server's trace ends at the last tool step,
+ungraded). Every step after that is `done` too (reward 0.0, no env call). Each step's
+`metadata` carries `episode_id`, `instance_id` and, for a failed call, `error_kind` /
+`hint_template_key` / `error_source`. Sessions of one process share one `EnvClient` (one /mux
+socket per replica); nothing here starts an environment. The dataset SkyRL reads (one row per
+task: `prompt`, `env_class`, `instance_id`): `python -m env_client.adapters.skyrl_dataset`.
 """
 
 from __future__ import annotations
@@ -27,29 +32,20 @@ from typing import Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
-from contract import TOOL_SPECS, format_tool_output
+from contract import format_tool_output
 from env_client import EnvClient
 from env_client.adapters import step_info
+from env_client.adapters.skyrl_dataset import ENV_ID, system_prompt, write_dataset
 from env_client.config import TOKEN_ENV
 
-__all__ = ["ENV_ID", "URLS_ENV", "SWEOpenEnv", "parse_tool_calls", "register", "system_prompt"]
+__all__ = ["ENV_ID", "URLS_ENV", "SWEOpenEnv", "parse_tool_calls", "register", "system_prompt", "write_dataset"]
 
-#: the env_class a SkyRL dataset row names (what `register` registers)
-ENV_ID = "swe_openenv"
 #: comma-separated replica URLs, read when neither `register` nor `env_config` names them
 URLS_ENV = "SWE_OPENENV_URLS"
 
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 _CLIENTS: dict[tuple, EnvClient] = {}
 _CLIENTS_LOCK = threading.Lock()
-
-
-def system_prompt(instructions: str = "Fix the issue below in the repository at /workspace, then call submit.") -> str:
-    """A system prompt listing the env's tools the way Hermes-format chat templates do."""
-    tools = "\n".join(json.dumps(spec.openai(), ensure_ascii=False) for spec in TOOL_SPECS)
-    return (f"{instructions}\n\n# Tools\n\nYou may call one or more functions.\n<tools>\n{tools}\n</tools>\n\n"
-            "For each call, reply with a JSON object inside <tool_call></tool_call> tags:\n"
-            '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
 
 
 def parse_tool_calls(text: str) -> list[tuple[str, dict[str, Any]]]:
@@ -92,6 +88,13 @@ def _close_clients() -> None:
         _CLIENTS.clear()
 
 
+def _flag(value: object) -> bool:
+    """A boolean setting, also as a dataset column's string ("false", "0", "no": false)."""
+    if isinstance(value, str):
+        return value.strip().lower() not in ("", "0", "false", "no", "off")
+    return bool(value)
+
+
 def _setting(name: str, *sources: Any) -> Any:
     for source in sources:
         value = source.get(name) if hasattr(source, "get") else None
@@ -104,10 +107,12 @@ class SWEOpenEnv(BaseTextEnv):
     """One SWE episode on a running env replica, as a skyrl-gym text env.
 
     Settings, first found wins: the keyword arguments (what `register` stores), then
-    `env_config` (what SkyRL's generator passes), then the row's `extras`: `urls` (else $SWE_OPENENV_URLS), `token` (else $ENV_SERVER_TOKEN),
-    `max_output_chars` (tool output kept, head and tail), `submit_on_truncation` (default true).
+    `env_config` (what SkyRL's generator passes), then the row's `extras`: `urls` (else
+    $SWE_OPENENV_URLS), `token` (else $ENV_SERVER_TOKEN), `max_output_chars` (tool output kept,
+    head and tail), `submit_on_truncation` (default true: the client submits at `max_turns`;
+    false: the episode ends there unsubmitted, reward 0.0).
     Per row (`extras`): `instance_id` (else the server picks), `episode_id` (optional),
-    `max_turns` (SkyRL sets it from `generator.max_turns`).
+    `max_turns` (SkyRL sets it from `generator.max_turns`; default 30).
     """
 
     def __init__(self, env_config: Any = None, extras: dict[str, Any] | None = None, **settings: Any):
@@ -122,7 +127,7 @@ class SWEOpenEnv(BaseTextEnv):
         self.token = _setting("token", *sources) or os.environ.get(TOKEN_ENV) or None
         self.max_output_chars = _setting("max_output_chars", *sources)
         submit = _setting("submit_on_truncation", *sources)
-        self.submit_on_truncation = True if submit is None else bool(submit)
+        self.submit_on_truncation = True if submit is None else _flag(submit)
         self.max_turns = int(extras.get("max_turns") or _setting("max_turns", *sources) or 30)
         self.instance_id: str | None = extras.get("instance_id")
         self.episode_id: str | None = extras.get("episode_id")
@@ -176,11 +181,14 @@ class SWEOpenEnv(BaseTextEnv):
         if problem:
             metadata["tool_call_error"] = problem
             outputs.append(problem)
-        if not self.done and self.turns >= self.max_turns and self.submit_on_truncation:
-            obs = self.session.call_tool("submit", {}, metadata={"origin": "client"})
-            infos.append(step_info(obs, "submit"))
+        if not self.done and self.turns >= self.max_turns:  # the turn limit ends the episode
             metadata["truncated"] = True
-            self._finish(obs)
+            if self.submit_on_truncation:  # graded: the hidden tests' reward
+                obs = self.session.call_tool("submit", {}, metadata={"origin": "client"})
+                infos.append(step_info(obs, "submit"))
+                self._finish(obs)
+            else:  # abandoned: reward 0.0, the session closed unsubmitted (its trace ends ungraded)
+                self._finish({"done": True, "reward": 0.0})
         if self.done:
             metadata.update(self.final)
             return BaseTextEnvStepOutput(observations=[], reward=self.reward, done=True, metadata=metadata)
@@ -189,10 +197,12 @@ class SWEOpenEnv(BaseTextEnv):
                                      metadata=metadata)
 
     def _finish(self, obs: dict[str, Any]) -> None:
+        """End the episode with `obs` (the submit's observation, or a bare `{"done", "reward"}` for
+        one closed unsubmitted) and free the replica's slot now; the trace stays on the server."""
         self.done = True
         self.reward = float(obs.get("reward") or 0.0)
         self.final = {k: v for k, v in step_info(obs).items() if k not in ("step", "tool_name")}
-        self.close()  # free the replica's slot now; the trace stays on the server
+        self.close()
 
     def close(self) -> None:
         if self.session is not None:

@@ -93,6 +93,7 @@ def test_wrong_env_token_is_refused_clearly(gold_tasks_file: Path, tmp_path: Pat
         server.stop()
     err = one_line_error(proc)
     assert "token" in err.lower() and server.url.split("//")[1] in err, err
+    assert "pass --env-token or set ENV_SERVER_TOKEN" in err and "ClientConfig" not in err, err  # the CLI's words
     assert "a-wrong-token-456" not in proc.stderr + proc.stdout and "the-right-token-123" not in proc.stderr
     assert requests == 0, "no episode starts before the replicas took the token"
     assert result_lines(tmp_path / "out") == []

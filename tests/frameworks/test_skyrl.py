@@ -1,10 +1,13 @@
 """SkyRL: skyrl-gym's real package drives demo-task episodes through `env_client.adapters.skyrl`.
 
 The env is made, initialised and stepped the way SkyRL's generator does it, from the
-skyrl-gym venv (``framework_venvs``), against the real server on loopback (bwrap sandbox):
-a failing command's error markers reach the step metadata, the gold edit + submit earn the
-hidden tests' reward 1.0, a submit without the fix 0.0; the episode id the framework saw is
-the server's own.
+skyrl-gym venv (``framework_venvs``), from a dataset row that `env_client.adapters.skyrl_dataset`
+wrote from the task file, against the real server on loopback (bwrap sandbox): a failing
+command's error markers reach the step metadata, the gold edit + submit earn the hidden tests'
+reward 1.0, a submit without the fix 0.0; at `max_turns` the episode ends in both truncation
+modes (the client's submit graded by the server, or closed unsubmitted with reward 0.0); the
+settings reach the env from each documented source; the episode id the framework saw is the
+server's own.
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ from pathlib import Path
 
 import pytest
 from framework_venvs import framework_python, run_script, wait_no_sessions
+
+from env_client.adapters.skyrl_dataset import write_dataset
+from task_factory.demo_task import demo_tasks_file
 
 pytestmark = pytest.mark.slow
 
@@ -26,10 +32,16 @@ def skyrl_python() -> Path:
 
 
 def _episode(server, skyrl_python: Path, tmp_path: Path, mode: str, instance_id: str) -> dict:
-    out = run_script(skyrl_python, SCRIPT, [mode, server.url, instance_id], tmp_path,
-                     env={"ENV_SERVER_TOKEN": server.token})  # register() takes it from there
+    dataset = tmp_path / "train.jsonl"  # the task file -> SkyRL's dataset, as docs/frameworks/skyrl.md does it
+    assert write_dataset(demo_tasks_file(), dataset, instance_ids=[instance_id]) == 1
+    if mode == "cutoff":  # urls from $SWE_OPENENV_URLS; register(token=) wins over a wrong $ENV_SERVER_TOKEN
+        env = {"SWE_OPENENV_URLS": server.url, "SKYRL_TEST_TOKEN": server.token, "ENV_SERVER_TOKEN": "wrong-token"}
+    else:
+        env = {"ENV_SERVER_TOKEN": server.token}  # register() takes it from there
+    out = run_script(skyrl_python, SCRIPT, [mode, server.url, str(dataset)], tmp_path, env=env)
     assert out["version"] == SKYRL_GYM.split("==")[1] and out["env_type"] == "SWEOpenEnv"
-    assert out["spec_id"] == "swe_openenv"
+    assert out["spec_id"] == "swe_openenv" and out["env_class"] == "swe_openenv"
+    assert out["extras"]["instance_id"] == instance_id and out["extras"]["data_source"] == "swe_openenv"
     info = out["info"]
     assert info["instance_id"] == instance_id and info["step"] == 0
     assert out["messages"][-1]["content"].startswith("Fix this issue:\n\n") and "six.b()" in out["messages"][-1]["content"]
@@ -40,7 +52,9 @@ def _episode(server, skyrl_python: Path, tmp_path: Path, mode: str, instance_id:
     for step in out["steps"]:
         assert step["metadata"]["episode_id"] == info["episode_id"]
         assert step["metadata"]["instance_id"] == instance_id
-    assert wait_no_sessions(server) == []  # the adapter released its session at submit / close
+    # a step past done stays done, with no observation, no reward and no env step
+    assert out["after_done"] == {"observations": [], "reward": 0.0, "done": True}
+    assert wait_no_sessions(server) == []  # the adapter released its session at submit / the limit / close
     out["records"] = records
     return out
 
@@ -87,11 +101,39 @@ def test_skyrl_gym_submit_without_fix_scores_zero(server, demo_task, skyrl_pytho
 
 
 def test_skyrl_gym_truncated_episode_is_submitted_by_the_client(server, demo_task, skyrl_python, tmp_path):
+    """At max_turns (2) the episode ends: the client submits, and the reward is the server's grade
+    of the fixed repository (1.0), not the policy's submit."""
     out = _episode(server, skyrl_python, tmp_path, "truncated", demo_task.instance_id)
-    (last,) = out["steps"]
-    assert last["done"] is True and last["reward"] == 0.0 and last["metadata"]["truncated"] is True
+    edit, last = out["steps"]  # done at turn 2: the three scripted replies after it are never asked for
+    assert edit["done"] is False and edit["reward"] == 0.0 and "truncated" not in edit["metadata"]
+    assert last["done"] is True and last["reward"] == 1.0 and last["observations"] == []
+    assert last["metadata"]["truncated"] is True and last["metadata"]["resolved"] is True
     assert [c["tool_name"] for c in last["metadata"]["tool_calls"]] == ["bash", "submit"]
+    assert out["metrics"]["resolved"] == 1.0
     records = out["records"]
-    assert [r["action"].get("tool_name") for r in records[1:]] == ["bash", "submit"]
+    assert [r["action"].get("tool_name") for r in records[1:]] == ["str_replace", "bash", "submit"]
     assert records[-1]["action"]["metadata"] == {"origin": "client"}  # not the policy's: left out of state(t)
+    assert records[-1]["observation"]["reward"] == last["reward"]  # what the server graded
 
+
+def test_skyrl_gym_truncation_without_submit_ends_with_reward_zero(server, demo_task, skyrl_python, tmp_path):
+    """submit_on_truncation=False (from the env_config): at max_turns (2) the episode ends
+    unsubmitted with reward 0.0, although the gold edit is in; the session is closed and the
+    server's trace ends at the last tool step, ungraded. The other settings came from their other
+    sources: the URL from $SWE_OPENENV_URLS, the token from register() (over a wrong
+    $ENV_SERVER_TOKEN), max_output_chars from register() (over the env_config's), the episode id
+    from the row."""
+    out = _episode(server, skyrl_python, tmp_path, "cutoff", demo_task.instance_id)
+    assert out["info"]["episode_id"] == out["extras"]["episode_id"]  # the row's episode_id
+    long, last = out["steps"]
+    text = long["observations"][0]["content"]  # `seq 1 2000`: ~8.9k characters, cut to head + tail
+    assert "characters cut ...]" in text and text.startswith("<tool_response>\n1\n2\n")
+    assert text.endswith("1999\n2000\n\n</tool_response>") and len(text) < out["max_output_chars"] + 100, text
+    assert long["done"] is False and long["reward"] == 0.0
+    assert last["done"] is True and last["reward"] == 0.0 and last["observations"] == []
+    assert last["metadata"]["truncated"] is True and "resolved" not in last["metadata"]
+    assert [c["tool_name"] for c in last["metadata"]["tool_calls"]] == ["str_replace"]  # no submit
+    assert out["metrics"] == {"resolved": 0.0, "tool_calls": 2, "tool_errors": 0}
+    records = out["records"]
+    assert [r["action"].get("tool_name") for r in records[1:]] == ["bash", "str_replace"], records
+    assert not any(r.get("observation", {}).get("done") for r in records[1:])  # never graded

@@ -6,7 +6,9 @@ task's `SWEToolset` as an MCP server and runs the `null` harness against a scrip
 OpenAI-compatible model double, against the real server on loopback (bwrap sandbox): the
 harness's own tool-call handling reaches the env, a failing command's error markers land in
 the trace's state, the gold edit + submit score 1.0, a submit without the fix 0.0, and the
-episode id the framework recorded is the server's.
+episode id the framework recorded is the server's. The toolset's settings come from each
+documented source: `tools.urls` or $SWE_OPENENV_URLS, the token from $ENV_SERVER_TOKEN or the
+variable `tools.token_var` names, `tools.max_output_chars`.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ def _rollout(server, verifiers_python: Path, tmp_path: Path, mode: str, instance
     env = {"PYTHONPATH": str(tmp_path), "PATH": f"{verifiers_python.parent}:{os.environ['PATH']}",
            "UV_CACHE_DIR": str(VENVS / "uv-cache"), "SCRIPTED_MODEL_KEY": "unused",
            "ENV_SERVER_TOKEN": server.token}  # the tool servers read the replicas' token from there
+    if mode == "control":  # no tools.urls: $SWE_OPENENV_URLS; tools.token_var names another variable
+        env.update(SWE_OPENENV_URLS=server.url, SWE_TEST_ENV_TOKEN=server.token, ENV_SERVER_TOKEN="wrong-token")
     out = run_script(verifiers_python, SCRIPT, [mode, server.url, str(demo_tasks_file()), instance_id,
                                                 str(tmp_path / "runs")], tmp_path, env=env)
     assert out["version"] == VERIFIERS.split("==")[1]
@@ -84,7 +88,9 @@ def test_verifiers_submit_without_fix_scores_zero(server, demo_task, verifiers_p
     out = _rollout(server, verifiers_python, tmp_path, "control", demo_task.instance_id)
     state = out["state"]
     assert [s["tool_name"] for s in state["steps"]] == ["bash", "submit"]
-    assert "six.py" in out["tool_messages"][0]["content"]
+    text = out["tool_messages"][0]["content"]  # `ls; seq 1 2000`: ~9k characters, cut to head + tail
+    assert "characters cut ...]" in text and text.rstrip().endswith("1999\n2000"), text
+    assert len(text) < out["max_output_chars"] + 60, text
     assert state["reward"] == 0.0 and state["resolved"] is False
     assert out["reward"] == 0.0 and out["rewards"]["hidden_tests"] == 0.0
     assert out["metrics"]["tool_errors"] == 0.0

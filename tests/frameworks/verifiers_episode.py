@@ -7,7 +7,10 @@ two-line module the test writes, on PYTHONPATH), runs the `null` harness (verifi
 program: it parses the model's OpenAI tool calls and calls the task's MCP tools) in the
 subprocess runtime, and scores the trace. The model is a scripted double: a local
 OpenAI-compatible endpoint streaming fixed tool calls (fix: a command that does not exist,
-the gold edit, submit; control: `ls`, submit; then a text reply). Prints one JSON line.
+the gold edit, submit; control: `ls` + a long output, submit; then a text reply). The tool
+settings: fix names the replica in `tools.urls` (token: $ENV_SERVER_TOKEN, the default
+`token_var`); control names none (the tool servers read $SWE_OPENENV_URLS) and sets
+`token_var` (SWE_TEST_ENV_TOKEN) and `max_output_chars` (MAX_OUTPUT_CHARS). Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -27,7 +30,12 @@ from verifiers.v1.types import content_text
 FIX = {"path": "six.py", "old": 'return s.encode("utf-8")', "new": 'return s.encode("latin-1")'}
 SCRIPTS = {
     "fix": [("bash", {"command": "no-such-tool --version"}), ("str_replace", FIX), ("submit", {}), "Done."],
-    "control": [("bash", {"command": "ls"}), ("submit", {}), "Done."],
+    "control": [("bash", {"command": "ls; seq 1 2000"}), ("submit", {}), "Done."],
+}
+MAX_OUTPUT_CHARS = 80
+TOOLS = {  # mode -> the task's tools config (SWEToolsetConfig)
+    "fix": lambda url: {"urls": [url]},
+    "control": lambda url: {"token_var": "SWE_TEST_ENV_TOKEN", "max_output_chars": MAX_OUTPUT_CHARS},
 }
 
 
@@ -73,7 +81,7 @@ def main() -> None:
     model, requests = scripted_model(SCRIPTS[mode])
     config = EvalConfig(
         env={"taskset": {"id": "swe_openenv_taskset", "tasks_path": tasks_path, "instance_ids": [instance_id],
-                         "task": {"tools": {"urls": [url]}}},
+                         "task": {"tools": TOOLS[mode](url)}},
              "agent": {"harness": {"id": "null"}, "runtime": {"type": "subprocess"}, "max_turns": 8}},
         model="scripted-double",
         client={"type": "eval", "base_url": f"http://127.0.0.1:{model.server_port}/v1",
@@ -96,6 +104,7 @@ def main() -> None:
         "tool_messages": [{"name": m.name, "content": content_text(m.content)} for m in trace.tool_messages],
         "model_requests": len(requests),
         "offered_tools": {t["function"]["name"]: t["function"] for t in requests[0].get("tools", [])},
+        "max_output_chars": MAX_OUTPUT_CHARS,
     }, default=str))
 
 

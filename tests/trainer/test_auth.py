@@ -58,11 +58,36 @@ def episodes(url: str) -> set[str]:
     return set(r.json()["episodes"])
 
 
-def assert_refused(text: str, url: str) -> None:
-    """The one-line EnvAuthError message: the replica (no token), what to do, no secret."""
+def assert_refused(text: str, url: str, library: bool = False) -> None:
+    """The one-line EnvAuthError message: the replica (no token), what to do (a library caller: the
+    client's `token=`; a CLI user: the flag), no secret."""
     assert f"env replica {mux_url(url)} refused the connection" in text, text
-    assert "pass --env-token or set ENV_SERVER_TOKEN" in text
+    if library:
+        assert EnvAuthError.HINT in text and "token=..." in text and "--env-token" not in text, text
+    else:
+        assert "pass --env-token or set ENV_SERVER_TOKEN" in text and EnvAuthError.HINT not in text, text
     assert TOKEN not in text and WRONG not in text and "Traceback" not in text
+
+
+def test_the_cli_rewords_the_library_auth_error(monkeypatch, capsys):
+    """The library's message speaks of `token=` / ClientConfig; `trainer-client` prints its own flag
+    instead, for a refused token raised as such (train, warmstart) or quoted by another error
+    (evaluate's EvaluationError)."""
+    import trainer_client.cli as cli
+    from evaluation import EvaluationError
+
+    url = "http://10.0.0.5:8000"
+    exc = EnvAuthError(mux_url(url))
+    assert_refused(str(exc), url, library=True)
+    assert "$ENV_SERVER_TOKEN" in str(exc) and "ClientConfig(token=...)" in str(exc)
+    for error, rc in ((exc, 2), (EvaluationError(str(exc)), 1)):
+        def fail(args, error=error):
+            raise error
+        monkeypatch.setattr(cli, "_run_train", fail)
+        assert cli.main(["train", "--config", SMOKE]) == rc
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("trainer-client"), err
+        assert_refused(err, url)
 
 
 # ------------------------------------------------------------------ the /mux client library
@@ -101,7 +126,7 @@ def test_client_token_from_url_works_and_wrong_token_raises_typed_error(server, 
     for urls, config in (([url], wrong), ([url], SLOW_RETRIES), ([f"{url}?token={WRONG}"], SLOW_RETRIES)):
         exc = asyncio.run(refused(urls, config))
         assert isinstance(exc, PermissionError) and exc.url == mux_url(url)
-        assert_refused(f"{exc} {exc!r}", url)
+        assert_refused(f"{exc} {exc!r}", url, library=True)
     assert TOKEN not in caplog.text and WRONG not in caplog.text
     assert len(episodes(url) - before) == 1
 
@@ -199,6 +224,7 @@ def test_replay_fetches_traces_with_the_token(server, tmp_path, capsys):
         assert args.func(args) == 2
         err = capsys.readouterr().err
         assert f"env replica {url} refused the connection" in err and "--env-token" in err and WRONG not in err
+        assert "pass --env-token or set ENV_SERVER_TOKEN" in err and EnvAuthError.HINT not in err
         assert not fake.requests
 
         for extra in (["--env-url", url, "--env-token", TOKEN], ["--env-url", f"{url}?token={TOKEN}"]):

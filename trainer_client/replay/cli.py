@@ -146,7 +146,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = _run_local(args) if args.local_teacher else asyncio.run(_run(args))
     except (ReplayConfigError, TraceReadError, EnvAuthError, httpx.HTTPError, OSError) as exc:
-        print(f"replay: error: {exc}", file=sys.stderr)
+        # a refused token: this command's flags, not the client library's `token=` (EnvAuthError.HINT)
+        text = EnvAuthError.reword(str(exc), f"pass --env-token or set {args.env_token_env}")
+        print(f"replay: error: {text}", file=sys.stderr)
         return 2
     _write_jsonl(args.out, result.pairs)
     if args.raw_out:
