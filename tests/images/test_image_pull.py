@@ -16,6 +16,7 @@ import importlib.util
 import json
 import re
 import subprocess
+import time
 import sys
 from pathlib import Path
 from typing import Any
@@ -243,3 +244,24 @@ def test_prefetch_then_resets_pull_nothing(client, registry, layout_task, tmp_pa
     rows = [json.loads(line) for line in listing.stdout.splitlines()]
     assert {r["image"] for r in rows if r["kind"] == "pulled"} == set(refs), listing.stdout
     assert {r["source"] for r in rows if r["kind"] == "derived"} == set(refs), listing.stdout
+
+
+def test_the_server_prefetches_the_next_tasks_of_its_queue(client, registry, layout_task, tmp_path):
+    refs = [push_unique_image(client, registry, layout_task.image, f"layout/ahead{i}") for i in range(2)]
+    tasks = [on_image(layout_task, ref, f"ahead{i}") for i, ref in enumerate(refs)]
+    config = server_config(tmp_path).model_copy(update={"prefetch_ahead": 2})
+    store = image_store(config.sandbox)
+    with run_server(config, tasks) as srv:
+        deadline = time.monotonic() + 120
+        while store.counters["pulls"] + store.counters["pull_failures"] < 2:  # no reset asked for them yet
+            assert time.monotonic() < deadline, store.counters
+            time.sleep(0.2)
+        assert store.counters["pulls"] == 2 and store.counters["pull_failures"] == 0, store.counters
+
+        async def main():
+            return await asyncio.gather(*(reset_and_run(srv.ws_url, f"ahead{i}") for i in (0, 1)))
+
+        results = asyncio.run(main())
+    assert all(r["type"] == "observation" and s["type"] == "observation" for r, s in results), results
+    assert store.counters["pulls"] == 2, store.counters  # the resets pulled nothing more
+    assert all(manifest_gets(registry, f"layout/ahead{i}") == 1 for i in range(2)), registry.log_tail()
