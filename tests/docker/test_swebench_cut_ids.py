@@ -16,13 +16,11 @@ row that cannot reach 1.0 named with its reason; each cut id has its real outcom
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
-from requirements import missing
+from layoutlib import import_rows, layout_module
 
 from task_factory.cli import main as task_factory_cli
 from verifier.task import TaskInstance, load_tasks
@@ -33,35 +31,16 @@ GHOST = f"{MODULE}::test_frequencies_of_ghosts"  # names no test of the module
 pytestmark = pytest.mark.timeout(900)  # the first run measures the rows (~30 s); later runs read the cache
 
 
-def _layout_module():
-    spec = importlib.util.spec_from_file_location("swebench_layout", ROOT / "docker" / "swebench_layout.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
 def tasks_file(client, tmp_path_factory) -> Path:
     """The two cut-id rows and a copy of the first that names a test that does not exist, imported."""
-    try:
-        import swebench  # noqa: F401
-    except ImportError:
-        missing("datasets", "the swebench package (extra 'datasets') is not installed")
-    layout = _layout_module()
-    try:
-        client.api.inspect_image(layout.BASE_IMAGE)
-    except Exception:
-        missing("docker", f"base image {layout.BASE_IMAGE} missing (run docker/build-images.sh)")
+    layout = layout_module(client)
     out = tmp_path_factory.mktemp("cut-ids")
     rows = [layout.build_variant(v, log=lambda m: None) for v in layout.VARIANTS.values()
             if v.name.startswith("toolz-cut-ids")]
     ghost = dict(rows[0], instance_id=rows[0]["instance_id"] + "-ghost",
                  PASS_TO_PASS=json.dumps(json.loads(rows[0]["PASS_TO_PASS"]) + [GHOST]))
-    (out / "dataset.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*rows, ghost]))
-    assert task_factory_cli(["import", str(out / "dataset.jsonl"), "--format", "swebench",
-                             "--out", str(out / "tasks")]) == 0
-    return out / "tasks" / "tasks.jsonl"
+    return import_rows([*rows, ghost], out)
 
 
 @pytest.fixture(scope="module")

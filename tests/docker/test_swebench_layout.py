@@ -8,14 +8,12 @@ SymPy's runner) read by swebench's parsers. Controls in the same run: gold 1.0, 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import websockets
-from requirements import missing
+from layoutlib import import_rows, layout_module
 from serverlib import call, run_server, tool
 
 from sandbox import SandboxConfig, open_sandbox
@@ -27,32 +25,12 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(1500)
 
 
-def _layout_module():
-    spec = importlib.util.spec_from_file_location("swebench_layout", ROOT / "docker" / "swebench_layout.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
 def tasks_file(client, tmp_path_factory) -> Path:
     """The three instances: built (cached by the engine), imported, written as task records."""
-    try:
-        import swebench  # noqa: F401
-    except ImportError:
-        missing("datasets", "the swebench package (extra 'datasets') is not installed")
-    layout = _layout_module()
-    try:
-        client.api.inspect_image(layout.BASE_IMAGE)
-    except Exception:
-        missing("docker", f"base image {layout.BASE_IMAGE} missing (run docker/build-images.sh)")
-    out = tmp_path_factory.mktemp("layout")
+    layout = layout_module(client)
     rows = [layout.build(p, log=lambda m: None) for p in layout.PROJECTS.values()]
-    (out / "dataset.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert task_factory_cli(["import", str(out / "dataset.jsonl"), "--format", "swebench",
-                    "--out", str(out / "tasks")]) == 0
-    return out / "tasks" / "tasks.jsonl"
+    return import_rows(rows, tmp_path_factory.mktemp("layout"))
 
 
 @pytest.fixture(scope="module")

@@ -12,20 +12,19 @@ backend); its sessions run commands in the pulled image.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import re
 import subprocess
-import time
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import websockets
+from layoutlib import import_rows, layout_module
 from registry import push_unique_image
-from requirements import missing
 from serverlib import call, run_server, tool
 
 from env_server.config import ServerConfig
@@ -39,24 +38,10 @@ pytestmark = pytest.mark.timeout(600)
 @pytest.fixture(scope="module")
 def layout_task(client, tmp_path_factory) -> TaskInstance:
     """The toolz SWE-bench-layout instance (image built offline or reused), imported as a task."""
-    try:
-        import swebench  # noqa: F401
-    except ImportError:
-        missing("datasets", "the swebench package (extra 'datasets') is not installed")
-    spec = importlib.util.spec_from_file_location("swebench_layout", ROOT / "docker" / "swebench_layout.py")
-    layout = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = layout
-    spec.loader.exec_module(layout)
-    try:
-        client.api.inspect_image(layout.BASE_IMAGE)
-    except Exception:
-        missing("docker", f"base image {layout.BASE_IMAGE} missing (run docker/build-images.sh)")
-    out = tmp_path_factory.mktemp("layout")
-    (out / "rows.jsonl").write_text(json.dumps(layout.build(layout.PROJECTS["toolz"], log=lambda m: None)) + "\n")
-    from task_factory.cli import main as task_factory
-
-    assert task_factory(["import", str(out / "rows.jsonl"), "--format", "swebench", "--out", str(out / "tasks")]) == 0
-    (task,) = load_tasks(out / "tasks" / "tasks.jsonl")
+    layout = layout_module(client)
+    tasks_file = import_rows([layout.build(layout.PROJECTS["toolz"], log=lambda m: None)],
+                             tmp_path_factory.mktemp("layout"))
+    (task,) = load_tasks(tasks_file)
     return task
 
 
