@@ -15,6 +15,7 @@ class SleepEnvDouble:
     def __init__(self) -> None:
         self.turns: list[dict] = []
         self.started: list[float] = []  # perf_counter() at each call's start
+        self.ended: list[float] = []  # and at its end
 
     def reset(self, **row) -> str:
         self.turns = []
@@ -28,6 +29,7 @@ class SleepEnvDouble:
         """
         self.started.append(time.perf_counter())
         time.sleep(self.delay)
+        self.ended.append(time.perf_counter())
         self.turns.append({"turn": len(self.turns), "tool_name": "sleep", "error_kind": None,
                            "hint_template_key": None, "error_source": None})
         return "slept"
@@ -39,6 +41,7 @@ class SleepEnvDouble:
             code: Exit code.
         """
         time.sleep(self.delay)
+        self.ended.append(time.perf_counter())
         self.turns.append({"turn": len(self.turns), "tool_name": "fail", "error_kind": "nonzero_exit",
                            "hint_template_key": "shell.nonzero_exit", "error_source": "agent"})
         return f"exit code {code}"
