@@ -131,8 +131,9 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def _finished(rows: list[dict[str, Any]], max_steps: int) -> bool:
-    """TRL's end-of-training record (train_runtime) at a step >= the budget."""
-    return any("train_runtime" in r and r.get("step", 0) >= max_steps for r in rows)
+    """TRL's end-of-training record (train_runtime; metrics.py writes it as the run summary, its step
+    in `global_step`) at a step >= the budget."""
+    return any("train_runtime" in r and r.get("global_step", r.get("step", 0)) >= max_steps for r in rows)
 
 
 def read_run(run_dir: Path, arm: str, seed: int, max_steps: int) -> RunResult:

@@ -102,6 +102,14 @@ def _add_warmstart(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stages", type=lambda v: tuple(int(x) for x in v.split(",") if x), default=(), metavar="N,M",
                    help="SFT steps at which a snapshot is also saved, in OUT/stage-N (e.g. local teachers of "
                    "different training stages)")
+    p.add_argument("--teachers", type=lambda v: tuple(int(x) for x in v.split(",") if x), default=(), metavar="N,M",
+                   help="the same run first trains on the gold demonstrations alone, saving a teacher in "
+                   "OUT/teacher-N at each of these steps (local teachers for the replay loop), then the policy "
+                   "on every demonstration for --steps more steps")
+    p.add_argument("--vocabulary", choices=("auto", "demos", "full"), default="auto",
+                   help="LM-head rows trained: 'demos' only the demonstrations' tokens (every other row zeroed; "
+                   "a random model only, many times faster on the CPU), 'full' all; 'auto' (default): 'demos' "
+                   "for the random smoke model (tiny-qwen), 'full' otherwise")
     p.set_defaults(func=_run_warmstart, output_dir=None, max_steps=None)
 
 
@@ -109,7 +117,7 @@ def _run_warmstart(args: argparse.Namespace) -> int:
     from trainer_client.warmstart import warmstart
 
     warmstart(config_from_args(args), args.out, steps=args.steps, lr=args.lr, lazy=not args.no_lazy,
-              stumble=args.stumble, stages=args.stages)
+              stumble=args.stumble, stages=args.stages, teachers=args.teachers, vocabulary=args.vocabulary)
     return 0
 
 

@@ -6,7 +6,7 @@ evaluator of `trainer-client evaluate`: evaluation/run.py) before the first step
 outputs to `<output_dir>/eval/step-<N>/` (report.md, results.jsonl, rollouts.jsonl) and logs
 `eval/resolved_rate`, `eval/resolved_ci_low`, `eval/resolved_ci_high`, `eval/pass@1`,
 `eval/scored`, `eval/lost` and `eval/turns` through the trainer's own metrics, so they land in
-metrics.jsonl, the step line and every `report_to` integration.
+metrics.jsonl, the per-step table and every `report_to` integration.
 
 The policy is the training model itself, in this process (`TrainingModelPolicy`): its chat
 template with the tools, `generate`, and TRL's `parse_response` (the parser GRPO's rollouts

@@ -1,71 +1,171 @@
-"""Per-step metrics: a TrainerCallback writing each log record to stdout and JSONL, and a
-PNG plot of the curves at the end (TRL's `report_to` integrations get the same records)."""
+"""Per-step metrics: a TrainerCallback writing each log record to JSONL and a compact table row to
+the console, and a PNG plot of the curves at the end (TRL's `report_to` integrations get the same
+records).
+
+metrics.jsonl holds one record per log event, every numeric metric of it:
+- step records: `{"step": N, "reward": ..., "channels/grpo": ..., ...}` (also the held-out
+  evaluation's `eval/*` records, at the step they evaluate);
+- the run summary TRL logs once at the end (train_runtime, train_loss, ...):
+  `{"kind": "summary", "global_step": N, ...}`, with no `step`, so a reader keyed on `step` sees
+  each step once. `step_records` reads the step records of a file.
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 
-__all__ = ["MetricsCallback", "plot_metrics", "quiet_progress"]
+__all__ = ["MetricsCallback", "is_summary", "plot_metrics", "quiet_progress", "step_records", "table_header",
+           "table_row"]
 
-#: what the stdout line shows first (when present), then loss channels and error kinds
+#: what the plot shows first (when present), in this order, then error kinds
 HEADLINE = ("eval/resolved_rate", "reward", "reward_std", "env/pass_rate", "env/reward_hacking", "env/suspicious_submissions", "loss",
             "tools/call_frequency", "tools/failure_frequency", "env/error_sites_per_rollout", "env/infra_failures")
 
+#: keys of TRL's end-of-training record: a record with one of them is the run summary
+SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss", "total_flos")
 
-def _g(record: dict[str, Any], key: str) -> str:
-    return f"{record[key]:.4g}" if key in record else "-"
+#: the console table: (header, metrics key, width, format); a column shows when the first step record
+#: has its key ("sec": wall seconds since the previous step record, measured here)
+COLUMNS: tuple[tuple[str, str, int, str], ...] = (
+    ("reward", "reward", 7, ".3f"),
+    ("pass", "env/pass_rate", 5, ".2f"),
+    ("hacked", "env/reward_hacking", 6, "g"),
+    ("grpo", "channels/grpo", 8, ".4f"),
+    ("hints", "channels/sdpo", 8, ".4f"),
+    ("sites", "channels/error_sites", 5, "g"),
+    ("dpo", "channels/replay", 8, ".4f"),
+    ("pairs", "channels/pairs", 5, "g"),
+    ("mined", "replay/pairs_mined", 5, "g"),
+    ("usd", "replay/spent_usd", 7, ".4f"),
+    ("total", "channels/total", 8, ".4f"),
+    ("loss", "loss", 8, ".4f"),
+    ("sec", "sec", 6, ".1f"),
+)
+#: what each column means, printed once under the header
+LEGEND = {
+    "pass": "pass: share resolved",
+    "hacked": "hacked: rollouts flagged as reward hacking",
+    "grpo": "grpo/hints/dpo: loss of channel 1/2/3",
+    "sites": "sites: error sites (channel 2's input)",
+    "pairs": "pairs: preference pairs (channel 3's input)",
+    "mined": "mined: pairs the replay loop mined so far",
+    "usd": "usd: its teachers' spend so far",
+    "total": "total = grpo + alpha*hints + beta*dpo",
+    "sec": "sec: wall seconds",
+}
 
 
-def channel_lines(record: dict[str, Any]) -> list[str]:
-    """Each loss channel with its inputs, one line (and the replay loop's state, when it runs)."""
-    if "channels/total" not in record:
+def is_summary(record: dict[str, Any]) -> bool:
+    """The run summary (TRL's end-of-training record), old files (with a `step`) included."""
+    return record.get("kind") == "summary" or any(k in record for k in SUMMARY_KEYS)
+
+
+def step_records(jsonl: str | Path) -> list[dict[str, Any]]:
+    """The step records of a metrics JSONL (no run summary; lines cut by a killed run skipped)."""
+    path = Path(jsonl)
+    if not path.exists():
         return []
-    lines = [f"  channels: grpo={_g(record, 'channels/grpo')}"
-             f" | hints (alpha={_g(record, 'channels/alpha')}): loss={_g(record, 'channels/sdpo')}"
-             f" error_sites={_g(record, 'channels/error_sites')} hint_tokens={_g(record, 'channels/sdpo_tokens')}"
-             f" | replay (beta={_g(record, 'channels/beta')}): loss={_g(record, 'channels/replay')}"
-             f" pairs={_g(record, 'channels/pairs')}"
-             + (f" buffer={_g(record, 'channels/pair_buffer')}" if "channels/pair_buffer" in record else "")
-             + f" | total={_g(record, 'channels/total')}"]
-    if "replay/spent_usd" in record:
-        lines.append(f"  replay loop: episodes={_g(record, 'replay/episodes_replayed')}"
-                     f" states={_g(record, 'replay/states_queried')} teacher_calls={_g(record, 'replay/teacher_calls')}"
-                     f" pairs_mined={_g(record, 'replay/pairs_mined')} pending={_g(record, 'replay/pending_episodes')}"
-                     f" spent=${record['replay/spent_usd']:.4f}")
-    return lines
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and "step" in record and not is_summary(record):
+            rows.append(record)
+    return rows
+
+
+def _columns(record: dict[str, Any]) -> list[tuple[str, str, int, str]]:
+    has_channels = "channels/total" in record
+    live = "channels/pair_buffer" in record  # the replay loop runs: its counters come after its first round
+    return [c for c in COLUMNS if (c[1] in record or c[1] == "sec" or (live and c[1].startswith("replay/")))
+            and not (c[0] == "loss" and has_channels)]  # with channels, `total` is the loss
+
+
+def table_header(record: dict[str, Any]) -> list[str]:
+    """The table's header line and its legend lines, for the columns `record` has."""
+    cols = _columns(record)
+    head = f"{'step':>5} " + " ".join(f"{name:>{width}}" for name, _, width, _ in cols)
+    lines, line = [], ""
+    for part in (LEGEND[name] for name, *_ in cols if name in LEGEND):
+        if line and len(line) + len(part) + 2 > 100:
+            lines.append(line)
+            line = ""
+        line = f"{line}; {part}" if line else part
+    return [head] + [f"      {text}" for text in lines + ([line] if line else [])]
+
+
+def table_row(record: dict[str, Any], columns_of: dict[str, Any] | None = None) -> str:
+    """One table row: `record`'s values under the columns of `columns_of` (default: its own); '-' for
+    a value the record lacks."""
+    cells = []
+    for _, key, width, fmt in _columns(columns_of or record):
+        value = record.get(key)
+        cells.append(f"{value:>{width}{fmt}}" if isinstance(value, (int, float)) else f"{'-':>{width}}")
+    return f"{record.get('step', '-'):>5} " + " ".join(cells)
+
+
+def _write(text: str) -> None:
+    """A console line above the progress bar (tqdm clears the bar, writes, redraws it)."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover - tqdm comes with transformers
+        print(text, flush=True)
+        return
+    tqdm.write(text)
 
 
 class MetricsCallback(TrainerCallback):
-    """Append every `on_log` record (with the step) to a JSONL file and print a short line."""
+    """Append every `on_log` record to a JSONL file (step records with their step, the run summary
+    as `"kind": "summary"`) and print a table row per step. `fresh`: start the file empty (a new run
+    in an output directory used before; a resumed run appends)."""
 
-    def __init__(self, path: str | Path, echo: bool = True):
+    def __init__(self, path: str | Path, echo: bool = True, fresh: bool = False):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if fresh:
+            self.path.write_text("")
         self.echo = echo
+        self._first: dict[str, Any] | None = None  # the record the table's columns come from
+        self._last_t: float | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._last_t = time.monotonic()
 
     def on_log(self, args, state, control, logs: dict[str, Any] | None = None, **kwargs):
         if not logs or not state.is_world_process_zero:
             return
-        record = {"step": state.global_step, **{k: v for k, v in logs.items() if _is_number(v)}}
+        numbers = {k: v for k, v in logs.items() if _is_number(v)}
+        if is_summary(numbers):
+            record = {"kind": "summary", "global_step": state.global_step, **numbers}
+        else:
+            record = {"step": state.global_step, **numbers}
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
-        if self.echo:
-            keys = [k for k in HEADLINE if k in record]
-            keys += sorted(k for k in record if k.startswith("env/errors/"))
-            lines = channel_lines(record)
-            if not keys and not lines:  # e.g. the end-of-training summary: nothing a step line shows
-                return
-            head = f"[step {state.global_step}] " + " ".join(f"{k}={record[k]:.4g}" for k in keys)
-            print("\n".join([head, *lines]), flush=True)
+        if not self.echo or "reward" not in record:  # the summary, an evaluation-only record: no row
+            return
+        now = time.monotonic()
+        shown = dict(record)
+        if self._last_t is not None:
+            shown["sec"] = now - self._last_t
+        self._last_t = now
+        lines = []
+        if self._first is None:
+            self._first = record
+            lines += table_header(record)
+        lines.append(table_row(shown, self._first))
+        _write("\n".join(lines))
 
 
 def quiet_progress(trainer: Any) -> None:
-    """Keep the progress bar but drop its dump of every log dict (MetricsCallback prints the step line)."""
+    """Keep the progress bar but drop its dump of every log dict (MetricsCallback prints the table)."""
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     class _QuietProgress(ProgressCallback):
@@ -83,39 +183,86 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+#: channels drawn together: (metrics key, label)
+CHANNEL_LOSSES = (("channels/grpo", "1 grpo"), ("channels/sdpo", "2 hints"), ("channels/replay", "3 dpo"),
+                  ("channels/total", "total"))
+CHANNEL_INPUTS = (("channels/error_sites", "error sites (2)"), ("channels/pairs", "pairs (3)"),
+                  ("replay/pairs_mined", "pairs mined so far"))
+
+
 def plot_metrics(jsonl: str | Path, png: str | Path, keys: tuple[str, ...] | None = None) -> Path | None:
-    """Plot reward, loss, tool and channel curves from a metrics JSONL; None if nothing to plot."""
+    """Plot the training curves of a metrics JSONL; None if nothing to plot.
+
+    The three loss channels share one panel and their inputs (error sites, pairs) another; then the
+    headline curves and error kinds, one panel each (`loss` is the channels' total). Only measured
+    values are drawn: a step without a metric is a gap in its curve, never a line across. A metric
+    with the same value at every step it was measured (two or more) gets no panel; the figure's
+    footnote lists it with its value. `keys`: exactly these curves, one panel each."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [json.loads(l) for l in Path(jsonl).read_text().splitlines() if l.strip()] if Path(jsonl).exists() else []
-    rows = [r for r in rows if "reward" in r or "loss" in r or "eval/resolved_rate" in r]
-    if not rows:
+    by_step: dict[int, dict[str, Any]] = {}
+    for r in step_records(jsonl):  # records of one step (training, evaluation) merged
+        if "reward" in r or "loss" in r or "eval/resolved_rate" in r:
+            by_step.setdefault(int(r["step"]), {}).update(r)
+    if not by_step:
         return None
-    available = sorted({k for r in rows for k in r if k != "step"})
-    wanted = keys or (tuple(k for k in HEADLINE if k in available)  # the headline first, in its order
-                      + tuple(k for k in available if k.startswith(("channels/", "env/errors/"))))
-    wanted = [k for k in wanted if k in available]
-    if not wanted:
+    steps = sorted(by_step)
+    rows = [by_step[s] for s in steps]
+    available = sorted({k for r in rows for k in r if k != "step" and _is_number(r[k])})
+
+    def series(key: str) -> list[float]:
+        return [float(r[key]) if _is_number(r.get(key)) else math.nan for r in rows]
+
+    def constant(key: str) -> bool:  # measured at two steps or more, the same value at each
+        values = [v for v in series(key) if not math.isnan(v)]
+        return len(values) > 1 and len(set(values)) == 1
+
+    groups = [("loss channels", [(k, label) for k, label in CHANNEL_LOSSES if k in available]),
+              ("channel inputs", [(k, label) for k, label in CHANNEL_INPUTS if k in available and not constant(k)])]
+    groups = [(title, curves) for title, curves in groups if curves and not keys]
+    grouped = {k for _, curves in groups for k, _ in curves} | {k for k, _ in CHANNEL_LOSSES + CHANNEL_INPUTS}
+    if "channels/total" in available:
+        grouped.add("loss")  # the same value as channels/total, drawn in the channels' panel
+    wanted = list(keys or (tuple(k for k in HEADLINE if k in available)  # the headline first, in its order
+                           + tuple(k for k in available if k.startswith(("channels/", "env/errors/")))))
+    wanted = [k for k in dict.fromkeys(wanted) if k in available and (keys or k not in grouped)]
+    constants = [k for k in wanted if constant(k)] if not keys else []
+    wanted = [k for k in wanted if k not in constants]
+    panels = len(groups) + len(wanted)
+    if not panels:
         return None
-    ncols = min(3, len(wanted))
-    nrows = math.ceil(len(wanted) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 2.6 * nrows), squeeze=False, sharex=True)
+    ncols = min(3, panels)
+    nrows = math.ceil(panels / ncols)
+    footnote = ("the same value at every step it was measured (no panel): "
+                + ", ".join(f"{k}={next(v for v in series(k) if not math.isnan(v)):g}" for k in constants)
+                if constants else "")
+    height = 2.6 * nrows + (0.4 if footnote else 0)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, height), squeeze=False, sharex=True)
     flat = list(axes.flat)
-    for ax, key in zip(flat, wanted):
-        pts = [(r["step"], r[key]) for r in rows if key in r]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3)
+    for ax, (title, curves) in zip(flat, groups):
+        for key, label in curves:
+            ax.plot(steps, series(key), marker="o", ms=3, label=label)
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=7)
+    for ax, key in zip(flat[len(groups):], wanted):
+        ax.plot(steps, series(key), marker="o", ms=3)
         ax.set_title(key, fontsize=9)
+    for ax in flat[:panels]:
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-    for ax in flat[len(wanted):]:
+    for ax in flat[panels:]:
         ax.set_visible(False)
-    for ax in flat[len(wanted) - ncols:len(wanted)]:  # the lowest plot of each column
+    for ax in flat[max(0, panels - ncols):panels]:  # the lowest plot of each column
         ax.set_xlabel("step", fontsize=8)
         ax.xaxis.set_tick_params(labelbottom=True)
-    fig.tight_layout()
+    if footnote:
+        fig.text(0.01, 0.01, footnote, fontsize=7, wrap=True)
+        fig.tight_layout(rect=(0, 0.4 / height, 1, 1))
+    else:
+        fig.tight_layout()
     fig.savefig(png, dpi=100)
     plt.close(fig)
     return Path(png)

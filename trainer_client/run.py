@@ -19,7 +19,7 @@ from pydantic import SecretStr
 from env_client import resolve_token
 from trainer_client.config import RunConfig, load_config, load_tokenizer, model_path
 
-__all__ = ["RunSetupError", "capacity_report", "resolve_config", "train"]
+__all__ = ["RunSetupError", "capacity_report", "name_the_base_model", "resolve_config", "train"]
 
 
 class RunSetupError(ValueError):
@@ -82,6 +82,19 @@ def capacity_report(capacity: dict[str, int | None], grpo, wait_s: float) -> str
     return "\n".join(lines)
 
 
+def name_the_base_model(card: Path, base: str, final: Path) -> None:
+    """TRL's model card names a base model only when it is a hub id: for a local directory it writes
+    "a fine-tuned version of [None](https://huggingface.co/None)" and `model="None"`. Name the local
+    directory instead (no hub link), and the run's final model in the quick start."""
+    if not card.exists():
+        return
+    text = card.read_text()
+    fixed = text.replace("[None](https://huggingface.co/None)", f"the local model `{base}`")
+    fixed = fixed.replace('model="None"', f'model="{final}"').replace("base_model: None\n", "")
+    if fixed != text:
+        card.write_text(fixed)
+
+
 def train(cfg: RunConfig, resume: bool = False):
     """Run training for a validated config; returns the trainer (its log history holds the metrics).
 
@@ -122,7 +135,8 @@ def train(cfg: RunConfig, resume: bool = False):
         if grpo.process_index == 0:
             capacity = env_cls.runtime.run(env_cls.runtime.pool.capacity())
             print(capacity_report(capacity, grpo, cfg.env.client.capacity_wait_s), flush=True)
-        callbacks = [MetricsCallback(jsonl)]
+        # a new run in a used output directory starts its metrics file afresh; a resumed one appends
+        callbacks = [MetricsCallback(jsonl, fresh=not resume and grpo.process_index == 0)]
         held_out = None
         if cfg.eval.tasks:
             from trainer_client.eval_during_training import HeldOutEvalCallback
@@ -142,12 +156,14 @@ def train(cfg: RunConfig, resume: bool = False):
                                     "process only, which a sharded model (FSDP, DeepSpeed) cannot do: evaluate the "
                                     "saved checkpoints with `trainer-client evaluate --model CHECKPOINT` instead")
             held_out.trainer = trainer
-        quiet_progress(trainer)  # one short line per step (MetricsCallback), not the raw log dicts too
+        quiet_progress(trainer)  # one table row per step (MetricsCallback), not the raw log dicts too
         if grpo.process_index == 0:  # the run's resolved config (secrets masked), next to its metrics
             Path(grpo.output_dir).mkdir(parents=True, exist_ok=True)
             (Path(grpo.output_dir) / "config.json").write_text(cfg.model_dump_json(indent=2))
         trainer.train(resume_from_checkpoint=True if resume else None)
         trainer.save_model(str(Path(grpo.output_dir) / "final"))
+        if grpo.process_index == 0:
+            name_the_base_model(Path(grpo.output_dir) / "README.md", model_path(cfg), Path(grpo.output_dir) / "final")
         state = trainer._channel_state
         if live is not None and state is not None:  # the pairs channel 3 trained on, with their provenance
             with open(Path(grpo.output_dir) / "pairs.jsonl", "w", encoding="utf-8") as f:

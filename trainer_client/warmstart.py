@@ -16,6 +16,12 @@ and unrewarded rollouts, and the rewarded behaviour becomes more likely as it tr
 
 (`--env-token TOKEN` or `ENV_SERVER_TOKEN` for a replica that requires a bearer token.)
 
+`--teachers 100,150`: the same run first trains on the gold demonstrations alone and saves
+`runs/warm/teacher-100` and `teacher-150` (local teachers for the replay loop), then the policy on
+every demonstration for `--steps` more: one recording and one SFT run for all three checkpoints.
+For the random smoke model only the LM-head rows of the demonstrations' tokens are trained
+(`SFTRun`, vocabulary "demos"; the loss stays the exact full-vocabulary cross-entropy).
+
 The gold patch reaches only the trainer side (it is in the task file the trainer reads);
 the demonstrations go through the env like any agent's actions.
 """
@@ -30,7 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["Demo", "Turn", "edits_from_patch", "record_demo", "sft", "target_logprobs", "warmstart"]
+__all__ = ["Demo", "SFTRun", "Turn", "edits_from_patch", "record_demo", "record_demos", "sft", "target_logprobs",
+           "warmstart"]
 
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@")
 
@@ -197,33 +204,169 @@ def _save(model: Any, base_dir: str | Path, out: Path) -> None:
         pass  # a model dir without a tokenizer: the run config names the tokenizer
 
 
+def _duration(seconds: float) -> str:
+    """`42 s`, `3 min 05 s`: how the console shows elapsed times and ETAs."""
+    s = int(round(seconds))
+    return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s"
+
+
+#: SFT vocabularies: "full" (every row of the LM head; any model) or "demos" (only the rows of tokens
+#: that occur in the demonstrations are trained, every other row is set to zero: for a random model)
+VOCABULARIES = ("full", "demos")
+
+
+class SFTRun:
+    """Full-batch SFT of one model through one or more phases (`run`), with snapshots (`save`).
+
+    Every step is one optimizer step over all the phase's demos, one loss per generated token (demos
+    that share a prompt and diverge at one token are taught as an even split).
+
+    `vocabulary="demos"` (for a randomly initialised model, such as the CPU smoke model): the output
+    rows of tokens that occur in no demonstration are set to zero, so their logit is 0 for every
+    input, and only the demos' rows (a few hundred of the tokenizer's 151,665) are trained. The loss
+    is still the exact cross-entropy over the FULL vocabulary: the zero rows contribute
+    `log(V - |demo vocabulary|)` to each log-partition, added in closed form. The LM head over the
+    full vocabulary was ~90% of a step's time on the CPU; here a step costs the transformer body
+    alone. (With tied embeddings, as the smoke model has, those tokens' input embeddings are zero
+    too: they occur in none of the demos.) Never for a pretrained model: it erases those rows.
+    """
+
+    def __init__(self, demos: list[Demo], base_dir: str | Path, lr: float, seed: int = 0,
+                 vocabulary: str = "full"):
+        import math
+
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        if vocabulary not in VOCABULARIES:
+            raise ValueError(f"vocabulary must be one of {VOCABULARIES}, not {vocabulary!r}")
+        torch.manual_seed(seed)
+        self.base_dir = base_dir
+        self.model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
+        self.model.train()
+        head = self.model.get_output_embeddings()
+        if vocabulary == "demos" and getattr(head, "bias", None) is not None:
+            raise ValueError("vocabulary='demos' needs an LM head without a bias")
+        self.vocabulary = vocabulary
+        self.log_rest: float | None = None
+        if vocabulary == "full":
+            params = list(self.model.parameters())
+        else:
+            self._in, self._out = self.model.get_input_embeddings().weight, head.weight
+            ids = sorted({i for d in demos for i in d.prompt_ids + d.completion_ids()})
+            self.rows = torch.tensor(ids, dtype=torch.long)
+            self.index = torch.full((max(self._in.shape[0], self._out.shape[0]),), -1, dtype=torch.long)
+            self.index[self.rows] = torch.arange(len(ids))
+            tied = self._out is self._in
+            with torch.no_grad():
+                self.embed = torch.nn.Parameter(self._in[self.rows].clone())
+                self.unembed = self.embed if tied else torch.nn.Parameter(self._out[self.rows].clone())
+                others = torch.ones(self._out.shape[0], dtype=torch.bool)
+                others[self.rows] = False
+                self._out[others] = 0.0
+            rest = self._out.shape[0] - len(ids)
+            self.log_rest = math.log(rest) if rest > 0 else None
+            params = [p for p in self.model.parameters() if p is not self._in and p is not self._out]
+            params += [self.embed] if tied else [self.embed, self.unembed]
+        self.opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+        self.steps_done = 0
+
+    @property
+    def vocabulary_size(self) -> int:
+        """Rows of the LM head this run trains."""
+        return len(self.rows) if self.vocabulary == "demos" else self.model.get_output_embeddings().weight.shape[0]
+
+    def _nll(self, ids: list[int], mask: list[int]):
+        """Summed negative log-likelihood of one sequence's target tokens (vocabulary "full")."""
+        return -target_logprobs(self.model, ids, mask).sum()
+
+    def _group_nll(self, prompt: list[int], members: list[tuple[list[int], list[int]]]):
+        """Summed negative log-likelihood of the target tokens of demos that share `prompt`
+        (vocabulary "demos"): the prompt goes through the model once, its keys and values are repeated
+        for each member, and the members' completions (right-padded) go through as one batch."""
+        import torch
+        import torch.nn.functional as F
+
+        body = self.model.model
+        first = body(inputs_embeds=F.embedding(self.index[torch.tensor(prompt)], self.embed)[None], use_cache=True)
+        k, width = len(members), max(len(ids) for ids, _ in members)
+        ids = torch.zeros(k, width, dtype=torch.long)  # padding: row 0, after every real token (never attended to)
+        keep = torch.zeros(k, width, dtype=torch.bool)
+        for j, (completion, mask) in enumerate(members):
+            ids[j, :len(completion)] = self.index[torch.tensor(completion)]
+            keep[j, :len(mask)] = torch.tensor(mask, dtype=torch.bool)
+        cache = first.past_key_values
+        cache.batch_repeat_interleave(k)
+        rest = body(inputs_embeds=F.embedding(ids, self.embed), past_key_values=cache, use_cache=True)
+        last = first.last_hidden_state[:, -1:].expand(k, 1, -1)  # predicts each completion's first token
+        hidden = torch.cat([last, rest.last_hidden_state[:, :-1]], 1)[keep]
+        logits = (hidden @ self.unembed.T).float()
+        log_z = torch.logsumexp(logits, -1)
+        if self.log_rest is not None:  # every other token's logit is exactly 0
+            log_z = torch.logaddexp(log_z, torch.tensor(self.log_rest))
+        return (log_z - logits.gather(-1, ids[keep][:, None])[:, 0]).sum()
+
+    def _loss_terms(self, demos: list[Demo]) -> tuple[list[Callable[[], Any]], int]:
+        """One closure per forward pass of a step (its summed NLL), and the number of target tokens."""
+        n_targets = sum(sum(d.completion_tool_mask()) for d in demos)
+        if self.vocabulary == "full":
+            seqs = [(d.prompt_ids + d.completion_ids(), [0] * len(d.prompt_ids) + d.completion_tool_mask())
+                    for d in demos]
+            return [lambda ids=ids, mask=mask: self._nll(ids, mask) for ids, mask in seqs], n_targets
+        groups: dict[tuple[int, ...], list[tuple[list[int], list[int]]]] = {}
+        for d in demos:
+            groups.setdefault(tuple(d.prompt_ids), []).append((d.completion_ids(), d.completion_tool_mask()))
+        return [lambda p=list(p), m=m: self._group_nll(p, m) for p, m in groups.items()], n_targets
+
+    def run(self, demos: list[Demo], steps: int, label: str = "sft", log: Callable[[str], None] | None = None,
+            snapshots: dict[int, Path] | None = None) -> float:
+        """`steps` full-batch steps on `demos`; `snapshots` {step: dir}: save the model as it is after
+        that step of this phase. Logs `[LABEL step/steps] loss=...  elapsed, ETA` about five times."""
+        import time
+
+        terms, n_targets = self._loss_terms(demos)
+        snapshots = snapshots or {}
+        started = time.monotonic()
+        loss = float("nan")
+        for step in range(steps):
+            self.opt.zero_grad()
+            total = sum(term() for term in terms) / n_targets
+            total.backward()
+            self.opt.step()
+            loss = total.item()
+            self.steps_done += 1
+            done = step + 1
+            if log and (step % max(1, steps // 5) == 0 or done == steps):
+                elapsed = time.monotonic() - started
+                eta = f", ETA {_duration(elapsed / done * (steps - done))}" if done < steps else ""
+                log(f"[{label} {done}/{steps}] loss={loss:.4f}  {_duration(elapsed)}{eta}")
+            if done in snapshots:
+                self.save(snapshots[done])
+        return loss
+
+    def save(self, out: str | Path) -> Path:
+        """Save the model (with the base's tokenizer, when it has one) to `out`."""
+        import torch
+
+        if self.vocabulary == "demos":
+            with torch.no_grad():
+                self._in[self.rows] = self.embed
+                self._out[self.rows] = self.unembed
+        out = Path(out)
+        _save(self.model, self.base_dir, out)
+        return out
+
+
 def sft(demos: list[Demo], base_dir: str | Path, out_dir: str | Path, steps: int, lr: float, seed: int = 0,
-        log: Callable[[str], None] | None = None, stages: tuple[int, ...] = ()) -> Path:
+        log: Callable[[str], None] | None = None, stages: tuple[int, ...] = (), vocabulary: str = "full") -> Path:
     """Fine-tune on the demos' generated turns (full batch each step, one loss per token: demos that
     share a prompt and diverge at one token are taught as an even split). Saves model + tokenizer;
-    each step in `stages` also saves the model as it was then, in `<out_dir>/stage-<step>`."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    seqs = [(d.prompt_ids + d.completion_ids(), [0] * len(d.prompt_ids) + d.completion_tool_mask()) for d in demos]
-    n_targets = sum(sum(mask[1:]) for _, mask in seqs)
-    for step in range(steps):
-        opt.zero_grad()
-        loss = sum(-target_logprobs(model, ids, mask).sum() for ids, mask in seqs) / n_targets
-        loss.backward()
-        opt.step()
-        if log and (step % max(1, steps // 10) == 0 or step == steps - 1):
-            log(f"[sft {step + 1}/{steps}] loss={loss.item():.4f}")
-        if step + 1 in stages and step + 1 < steps:
-            _save(model, base_dir, Path(out_dir) / f"stage-{step + 1}")
-    model.eval()
-    out = Path(out_dir)
-    _save(model, base_dir, out)
-    return out
+    each step in `stages` also saves the model as it was then, in `<out_dir>/stage-<step>`.
+    `vocabulary`: see `SFTRun` ("demos" only for a randomly initialised model)."""
+    run = SFTRun(demos, base_dir, lr, seed=seed, vocabulary=vocabulary)
+    run.run(demos, steps, "sft", log, {s: Path(out_dir) / f"stage-{s}" for s in stages if 0 < s < steps})
+    run.model.eval()
+    return run.save(out_dir)
 
 
 # ------------------------------------------------------------------------------- the command
@@ -231,17 +374,13 @@ def sft(demos: list[Demo], base_dir: str | Path, out_dir: str | Path, steps: int
 STUMBLE_SUFFIX = ".orig"
 
 
-def warmstart(cfg: Any, out_dir: str | Path, steps: int = 150, lr: float = 1e-2, lazy: bool = True,
-              log: Callable[[str], None] = print, stumble: bool = False, stages: tuple[int, ...] = ()) -> Path:
-    """Record gold-patch (and lazy) demonstrations for the config's tasks and SFT its model on them.
-
-    `stumble` adds, per task, the gold demonstration preceded by a failing `view` (of the first edited
-    file's name + `.orig`): a policy that sometimes errs and recovers, so error sites (channel 2's
-    input) occur in its rollouts. `stages`: SFT steps at which a snapshot is also saved.
-
-    Raises `RunSetupError` (trainer_client/run.py) without an env server or a task file, or when no
-    task gave a usable demonstration."""
+def record_demos(cfg: Any, lazy: bool = True, stumble: bool = False,
+                 log: Callable[[str], None] = print) -> list[Demo]:
+    """Per task of the config: its gold demonstration (kept when the hidden tests reward it 1.0), and
+    optionally a stumble (a failing `view` first) and a lazy one (`submit` at once), each run on a
+    fresh session of the config's env server. Raises `RunSetupError` as `warmstart` does."""
     import tempfile
+    import time
 
     from datasets import Dataset
 
@@ -258,54 +397,115 @@ def warmstart(cfg: Any, out_dir: str | Path, steps: int = 150, lr: float = 1e-2,
     rows = [{"prompt": [{"role": "user", "content": cfg.data.prompt}], "instance_id": iid} for iid in cfg.instance_ids()]
     env_cls = make_environment_class(cfg.env.urls, cfg.env.client, reset_keys=cfg.env.reset_keys, auto_submit=False,
                                      max_output_chars=cfg.env.max_output_chars)
-    base = model_path(cfg)
+    kinds = ", ".join(["gold"] + (["stumble"] if stumble else []) + (["lazy"] if lazy else []))
+    log(f"[warmstart] recording demonstrations through the env server: {len(rows)} task(s) x ({kinds})")
+    started = time.monotonic()
     demos: list[Demo] = []
     try:
         env_cls.runtime.run(env_cls.runtime.pool.connect())  # a refused token (EnvAuthError) fails here, at once
         with tempfile.TemporaryDirectory() as scratch:
             # a trainer only for its tool schemas and tool-suffix templating: the rollouts' token layout
             grpo = build_grpo_config(cfg, output_dir=scratch, report_to=[], save_strategy="no")
-            trainer = SweGRPOTrainer(model=base, processing_class=load_tokenizer(cfg), args=grpo,
+            trainer = SweGRPOTrainer(model=model_path(cfg), processing_class=load_tokenizer(cfg), args=grpo,
                                      train_dataset=Dataset.from_list(rows), environment_factory=env_cls)
-            for row in rows:
+            for k, row in enumerate(rows, 1):
                 iid = row["instance_id"]
+                where = f"[warmstart] {k}/{len(rows)} {iid}"
                 patch = (tasks.get(iid) or {}).get("patch") or ""
                 probe = env_cls()
                 probe.reset(**row)
                 try:
                     edits = edits_from_patch(patch, _count_in_sandbox(probe))
                 except (ValueError, RuntimeError) as exc:
-                    log(f"[warmstart] {iid}: skipped ({exc})")
+                    log(f"{where}: skipped ({exc})")
                     continue
                 finally:
                     probe.get_reward()
                 expert = record_demo(trainer, env_cls(), row, edits + [Turn("submit"), Turn(text="Done.")],
                                      f"{iid}:gold")
                 if expert.reward != 1.0:
-                    log(f"[warmstart] {iid}: skipped (the gold demonstration got reward {expert.reward})")
+                    log(f"{where}: skipped (the gold demonstration got reward {expert.reward})")
                     continue
                 demos.append(expert)
+                extra = []
                 if stumble and edits:
                     slip = Turn("view", {"path": str(edits[0].arguments["path"]) + STUMBLE_SUFFIX})
                     stumbled = record_demo(trainer, env_cls(), row, [slip, *edits, Turn("submit"), Turn(text="Done.")],
                                            f"{iid}:stumble")
                     if stumbled.reward == 1.0:
                         demos.append(stumbled)
+                        extra.append("a stumble (reward 1)")
                 if lazy:
                     demos.append(record_demo(trainer, env_cls(), row, [Turn("submit"), Turn(text="Done.")],
                                              f"{iid}:lazy"))
-                log(f"[warmstart] {iid}: {len(edits)} edit(s), {len(expert.completion_ids())} completion tokens, "
-                    f"reward {expert.reward:g}" + (", + a lazy submit (reward 0)" if lazy else ""))
+                    extra.append("a lazy submit (reward 0)")
+                log(f"{where}: {len(edits)} edit(s), {len(expert.completion_ids())} completion tokens, "
+                    f"reward {expert.reward:g}" + "".join(f", + {e}" for e in extra)
+                    + f"  ({_duration(time.monotonic() - started)})")
             del trainer
     finally:
         env_cls.runtime.close()
     if not demos:
         raise RunSetupError("no task gave a usable demonstration")
-    log(f"[warmstart] SFT on {len(demos)} demonstrations, {steps} steps, lr {lr:g}")
-    out = sft(demos, base, out_dir, steps=steps, lr=lr, seed=int(cfg.grpo.get("seed") or 0), log=log, stages=stages)
+    return demos
+
+
+def warmstart(cfg: Any, out_dir: str | Path, steps: int = 150, lr: float = 1e-2, lazy: bool = True,
+              log: Callable[[str], None] = print, stumble: bool = False, stages: tuple[int, ...] = (),
+              teachers: tuple[int, ...] = (), vocabulary: str = "auto") -> Path:
+    """Record gold-patch (and lazy) demonstrations for the config's tasks and SFT its model on them.
+
+    `stumble` adds, per task, the gold demonstration preceded by a failing `view` (of the first edited
+    file's name + `.orig`): a policy that sometimes errs and recovers, so error sites (channel 2's
+    input) occur in its rollouts. `stages`: SFT steps at which a snapshot is also saved
+    (`<out_dir>/stage-<step>`).
+
+    `teachers` (steps, e.g. (60, 120)): the same run first trains on the gold demonstrations alone for
+    max(teachers) steps, saving `<out_dir>/teacher-<step>` at each of those steps (greedy local
+    teachers of different training stages for the replay loop), then continues on every demonstration
+    for `steps` steps: the policy, in `<out_dir>`. One recording and one SFT run yield all of them.
+
+    `vocabulary`: "full", "demos" (see `SFTRun`: much faster on the CPU, for a random model only) or
+    "auto": "demos" for the config's random smoke model (`tiny-qwen`), "full" for any other model.
+
+    Raises `RunSetupError` (trainer_client/run.py) without an env server or a task file, or when no
+    task gave a usable demonstration."""
+    import time
+
+    from trainer_client.config import TINY_MODEL, model_path
+
+    if vocabulary == "auto":
+        vocabulary = "demos" if cfg.model.name_or_path == TINY_MODEL else "full"
+    started = time.monotonic()
+    demos = record_demos(cfg, lazy=lazy, stumble=stumble, log=log)
+    recorded_s = time.monotonic() - started
+    base = model_path(cfg)
+    out = Path(out_dir)
+    run = SFTRun(demos, base, lr, seed=int(cfg.grpo.get("seed") or 0), vocabulary=vocabulary)
+    vocab_note = (f"; the {run.vocabulary_size} tokens of the demonstrations' vocabulary trained, every other "
+                  "output row zero" if vocabulary == "demos" else "")
+    teacher_dirs: dict[int, Path] = {}
+    if teachers:
+        gold = [d for d in demos if d.name.endswith(":gold")]
+        teacher_dirs = {s: out / f"teacher-{s}" for s in sorted(set(teachers)) if s > 0}
+        log(f"[warmstart] SFT 1/2, teachers: {max(teacher_dirs)} steps on the {len(gold)} gold demonstrations, "
+            f"lr {lr:g}, a teacher saved at step {', '.join(map(str, teacher_dirs))}{vocab_note}")
+        run.run(gold, max(teacher_dirs), "sft teachers", log, teacher_dirs)
+        log(f"[warmstart] SFT 2/2, policy: {steps} more steps on all {len(demos)} demonstrations")
+        label = "sft policy"
+    else:
+        log(f"[warmstart] SFT on {len(demos)} demonstrations, {steps} steps, lr {lr:g}{vocab_note}")
+        label = "sft"
+    run.run(demos, steps, label, log, {s: out / f"stage-{s}" for s in stages if 0 < s < steps})
+    run.model.eval()
+    run.save(out)
     (out / "warmstart.json").write_text(json.dumps(
-        {"base": str(base), "steps": steps, "lr": lr, "demos": [
-            {"name": d.name, "reward": d.reward, "completion_tokens": len(d.completion_ids())} for d in demos]},
+        {"base": str(base), "steps": steps, "lr": lr, "vocabulary": vocabulary,
+         "teachers": {str(s): {"dir": d.name, "steps": s} for s, d in teacher_dirs.items()},
+         "seconds": {"record": round(recorded_s, 1), "sft": round(time.monotonic() - started - recorded_s, 1)},
+         "demos": [{"name": d.name, "reward": d.reward, "completion_tokens": len(d.completion_ids())}
+                   for d in demos]},
         indent=2))
-    log(f"[warmstart] model saved to {out} (use: --set model.name_or_path={out})")
+    log(f"[warmstart] model saved to {out} (use: --set model.name_or_path={out})"
+        + "".join(f"; teacher {d}" for d in teacher_dirs.values()))
     return out

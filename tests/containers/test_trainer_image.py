@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import subprocess
 import time
@@ -111,7 +112,8 @@ def test_one_step_smoke_run_against_the_env_container(engine, trainer_image, env
         trainer.remove(force=True)
     TIMINGS["trainer_smoke_step_s"] = time.monotonic() - start
     assert status["StatusCode"] == 0, f"trainer exited {status}:\n{logs[-6000:]}"
-    assert "[step 1] reward=" in logs, logs[-4000:]
+    # the per-step table (trainer_client/metrics.py): its header, then the row of step 1 with a reward
+    assert re.search(r"^ *step +reward ", logs, re.M) and re.search(r"^ +1 +-?[0-9.]+ ", logs, re.M), logs[-4000:]
     rows = [json.loads(line) for line in (out_dir / "smoke" / "metrics.jsonl").read_text().splitlines() if line]
     steps = [r for r in rows if "reward" in r]
     assert steps and steps[-1]["step"] == 1 and isinstance(steps[-1]["reward"], (int, float)), rows

@@ -70,8 +70,15 @@ def test_cli_train_smoke_against_real_server(server, tasks_file, tmp_path, capsy
     rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "reward" in r]
     assert len(steps) == 2 and all("loss" in r for r in steps)
+    assert [r["step"] for r in rows if "step" in r] == [1, 2]  # the run summary has no step of its own
+    assert rows[-1]["kind"] == "summary" and rows[-1]["global_step"] == 2 and "train_runtime" in rows[-1]
     assert (out / "metrics.png").exists() and (out / "checkpoint-2").is_dir() and (out / "final").is_dir()
-    assert "[step 1] reward=" in capsys.readouterr().out
+    printed = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(printed) if line.split()[:3] == ["step", "reward", "pass"])
+    table = [line.split() for line in printed[header:] if line.split() and line.split()[0] in ("1", "2")]
+    assert [row[0] for row in table] == ["1", "2"] and float(table[0][1]) == steps[0]["reward"], printed
+    card = (out / "README.md").read_text()  # TRL's model card names the local base model, not "[None]"
+    assert "[None]" not in card and 'model="None"' not in card and "tiny-qwen2" in card
 
 
 def test_two_replicas_one_killed_mid_run(tasks_file, tmp_path):

@@ -8,6 +8,8 @@ from the real env server's grader.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from env_client import ClientConfig
@@ -59,7 +61,7 @@ def test_hack_signals_of_a_step_are_summed_into_env_metrics(tmp_path):
         server.shutdown()
 
 
-def test_hack_keys_lead_the_stdout_line(tmp_path, capsys):
+def test_hacked_rollouts_have_a_column_of_the_step_table(tmp_path, capsys):
     from types import SimpleNamespace
 
     from trainer_client.metrics import MetricsCallback
@@ -68,8 +70,12 @@ def test_hack_keys_lead_the_stdout_line(tmp_path, capsys):
     cb.on_log(None, SimpleNamespace(global_step=3, is_world_process_zero=True), None,
               logs={"loss": 0.5, "reward": 0.25, "env/reward_hacking": 2.0, "env/suspicious_submissions": 3.0,
                     "env/suspicious/process_exit": 3.0})
-    line = capsys.readouterr().out.strip()
-    assert line == "[step 3] reward=0.25 env/reward_hacking=2 env/suspicious_submissions=3 loss=0.5"
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["step", "reward", "hacked", "loss", "sec"]
+    assert "hacked: rollouts flagged as reward hacking" in "\n".join(lines[1:-1])
+    assert lines[-1].split() == ["3", "0.250", "2", "0.5000", "-"]  # no step before it: no duration
+    record = json.loads((tmp_path / "m.jsonl").read_text())
+    assert record["env/suspicious_submissions"] == 3.0 and record["env/suspicious/process_exit"] == 3.0
 
 
 @pytest.mark.slow

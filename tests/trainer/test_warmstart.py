@@ -89,12 +89,95 @@ def test_warmstart_records_rewarded_demos_and_saves_a_model(real_env_url, small_
     cfg = load_config(Path(trainer_client.__file__).parent / "configs" / "cpu_smoke.yaml",
                       [f'env.urls=["{real_env_url}"]', f"data.tasks={small_pack_file}"])
     lines: list[str] = []
-    out = warmstart(cfg, tmp_path / "warm", steps=3, lr=1e-3, log=lines.append)
+    out = warmstart(cfg, tmp_path / "warm", steps=3, lr=1e-3, log=lines.append, teachers=(1, 2))
     record = json.loads((out / "warmstart.json").read_text())
     ids = cfg.instance_ids()
     rewards = {d["name"]: d["reward"] for d in record["demos"]}
     assert rewards == {**{f"{i}:gold": 1.0 for i in ids}, **{f"{i}:lazy": 0.0 for i in ids}}, lines
     assert all(d["completion_tokens"] > 0 for d in record["demos"])
-    assert any(line.startswith("[sft 3/3]") for line in lines)
-    model = AutoModelForCausalLM.from_pretrained(str(out))
-    assert model.config.model_type == "qwen2"
+    # one recording, one SFT run: the teachers (gold only) at steps 1 and 2, then the policy 3 steps more
+    assert any(line.startswith("[sft teachers 2/2]") for line in lines), lines
+    assert any(line.startswith("[sft policy 3/3]") for line in lines), lines
+    assert record["vocabulary"] == "demos" and sorted(record["teachers"]) == ["1", "2"]
+    for path in (out, out / "teacher-1", out / "teacher-2"):
+        model = AutoModelForCausalLM.from_pretrained(str(path))
+        assert model.config.model_type == "qwen2"
+
+
+def _demo(name: str, prompt: list[int], turns: list[list[int]], outputs: list[list[int]]):
+    from trainer_client.warmstart import Demo
+
+    return Demo(name, prompt, turns, outputs, ["" for _ in outputs], 1.0)
+
+
+def _demos():
+    """Two demos sharing a prompt that diverge at their first generated token, and one of another prompt
+    (made-up ids of the real vocabulary; `9` ends each turn as <|im_end|> would)."""
+    return [_demo("a:gold", [11, 12, 13, 14], [[21, 22, 23, 9], [24, 9]], [[31, 32]]),
+            _demo("a:lazy", [11, 12, 13, 14], [[25, 9]], []),
+            _demo("b:gold", [15, 16, 13], [[26, 27, 9]], [])]
+
+
+def _full_vocabulary_nll(model, demos) -> float:
+    """The exact cross-entropy over all 151,665 logits, summed over the demos' target tokens."""
+    from trainer_client.warmstart import target_logprobs
+
+    return float(sum(-target_logprobs(model, d.prompt_ids + d.completion_ids(),
+                                      [0] * len(d.prompt_ids) + d.completion_tool_mask()).sum() for d in demos))
+
+
+def test_sft_over_the_demos_vocabulary_is_the_full_vocabulary_cross_entropy(tmp_path):
+    """vocabulary="demos": only the demos' rows of the (tied) LM head train, every other row is zero, and
+    the loss it optimises equals the exact full-vocabulary cross-entropy of the saved model."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from trainer_client.tiny_qwen import tiny_qwen_dir
+    from trainer_client.warmstart import SFTRun
+
+    demos = _demos()
+    run = SFTRun(demos, tiny_qwen_dir(), lr=1e-2, vocabulary="demos")
+    assert run.vocabulary_size == len({i for d in demos for i in d.prompt_ids + d.completion_ids()}) == 16
+    run.run(demos, 3)
+    terms, n_targets = run._loss_terms(demos)
+    assert len(terms) == 2 and n_targets == 11  # one forward pass per prompt; generated tokens only
+    with torch.no_grad():
+        loss = float(sum(term() for term in terms))
+    saved = AutoModelForCausalLM.from_pretrained(str(run.save(tmp_path / "m")), dtype=torch.float32)
+    with torch.no_grad():
+        exact = _full_vocabulary_nll(saved, demos)
+    assert abs(loss - exact) <= 1e-4 * exact, (loss, exact)
+    head = saved.get_output_embeddings().weight
+    assert head.data_ptr() == saved.get_input_embeddings().weight.data_ptr()  # still tied
+    rows = head.abs().sum(-1) != 0
+    assert rows.sum() == 16 and bool(rows[[9, 11, 21, 31]].all())  # only the demos' tokens have a row
+
+
+def test_one_sft_run_saves_teachers_then_trains_the_policy(tmp_path):
+    """Phases of one SFTRun: snapshots at the asked steps; the later phase continues from the earlier one
+    and the fit is real (every target token greedy over the full vocabulary after enough steps)."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from trainer_client.tiny_qwen import tiny_qwen_dir
+    from trainer_client.warmstart import SFTRun
+
+    demos = _demos()
+    gold = [d for d in demos if d.name.endswith(":gold")]
+    run = SFTRun(demos, tiny_qwen_dir(), lr=1e-2, vocabulary="demos")
+    lines: list[str] = []
+    run.run(gold, 40, "sft teachers", lines.append, {20: tmp_path / "t20", 40: tmp_path / "t40"})
+    assert run.steps_done == 40 and lines[-1].startswith("[sft teachers 40/40] loss=")
+    assert "ETA" in lines[0] and "ETA" not in lines[-1]
+    weights = [load_file(str(tmp_path / t / "model.safetensors")) for t in ("t20", "t40")]
+    assert any(not torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "t40"), dtype=torch.float32)
+    with torch.no_grad():
+        for d in gold:
+            ids = d.prompt_ids + d.completion_ids()
+            mask = torch.tensor(([0] * len(d.prompt_ids) + d.completion_tool_mask())[1:], dtype=torch.bool)
+            logits = model(input_ids=torch.tensor([ids])).logits[0, :-1][mask]
+            assert logits.argmax(-1).tolist() == torch.tensor(ids[1:])[mask].tolist(), d.name
+    run.run(demos, 2, "sft policy")
+    assert run.steps_done == 42
