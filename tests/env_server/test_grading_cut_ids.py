@@ -15,7 +15,6 @@ only; an agent cannot make it pass by adding a test of that name.
 from __future__ import annotations
 
 import subprocess
-import textwrap
 from pathlib import Path
 
 import pytest
