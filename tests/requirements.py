@@ -13,8 +13,10 @@ tests/conftest.py also turns, under CI, any other skip but a missing GPU into a 
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
+from types import ModuleType
 from typing import NoReturn
 
 import pytest
@@ -44,3 +46,11 @@ def missing(part: str, reason: str) -> NoReturn:
         why = "CI=true" if in_ci() else f"{flag(part)}=1"
         pytest.fail(f"{part} is required ({why}) but {reason}", pytrace=False)
     pytest.skip(f"{part} missing: {reason} (set {flag(part)}=1 or CI=true to fail instead)")
+
+
+def require_module(module: str, part: str, reason: str) -> ModuleType:
+    """``module`` imported; where it is not installed, ``part`` is missing (fail when required, else skip)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        missing(part, f"{module} is not installed: {reason}")

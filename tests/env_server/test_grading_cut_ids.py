@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from envlib import requires_sandbox, run
+from requirements import require_module
 
 from sandbox import SandboxConfig
 from verifier import GradeCache, grade_submission, harness, pytest_log
@@ -131,7 +132,7 @@ def _outcomes(res) -> dict[str, str]:
 
 
 def _need_swebench() -> None:
-    pytest.importorskip("swebench", reason="the harness grader reads logs with swebench's parsers (extra 'datasets')")
+    require_module("swebench", "datasets", "the harness grader reads logs with swebench's parsers (extra 'datasets')")
 
 
 @requires_sandbox
@@ -262,7 +263,7 @@ def test_a_planted_test_said_not_found_beside_its_found_original_is_tampering():
 
 
 def test_harness_cut_ids_share_one_id_and_fail_when_any_of_their_tests_fails():
-    pytest.importorskip("swebench")
+    _need_swebench()
     ids = ["t.py::test_w[a", "t.py::test_w[q]"]
     log = ("PASSED t.py::test_w[a b]\nPASSED t.py::test_w[q]\nFAILED t.py::test_w[a - c] - assert 1 == 2\n")
     report = harness.parse_log("parse_log_pytest", log, ids)

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from requirements import require_module
 
 from env_client.adapters.skyrl_dataset import ENV_ID, USER_PROMPT, dataset_rows, system_prompt, write_dataset
 from task_factory.demo_task import demo_tasks_file
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def prompt_dataset_rows(path: Path) -> list[tuple[list, str, dict]]:
     """(messages, env_class, extras) per row, as SkyRL's PromptDataset loads and splits them."""
-    datasets = pytest.importorskip("datasets")
+    datasets = require_module("datasets", "datasets", "SkyRL's loader reads the file with Hugging Face datasets")
     loader = "parquet" if path.suffix == ".parquet" else "json"
     ds = datasets.load_dataset(loader, data_files=str(path), keep_in_memory=True)["train"]
     out = []
@@ -37,7 +38,7 @@ def prompt_dataset_rows(path: Path) -> list[tuple[list, str, dict]]:
 @pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
 def test_dataset_file_has_the_columns_skyrl_reads(tmp_path, suffix):
     if suffix == ".parquet":
-        pytest.importorskip("pyarrow")
+        require_module("pyarrow", "datasets", "a .parquet dataset file is written with pyarrow")
     tasks = tmp_path / "tasks.jsonl"  # two tasks; the dataset keeps the file's order
     demo = json.loads(demo_tasks_file().read_text().splitlines()[0])
     tasks.write_text("".join(json.dumps({**demo, "instance_id": i}) + "\n" for i in ("b__task-2", "a__task-1")))
