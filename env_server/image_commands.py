@@ -133,8 +133,8 @@ def _images(args: argparse.Namespace, config: Any) -> int:
     width = max([len(r.image) for r in records] + [5])
     print(f"{'IMAGE':{width}}  {'KIND':7}  {'SIZE':>9}  {'LAST USED':>12}  SOURCE")
     for rec in records:
-        own = rec.size - rec.source_size if rec.kind == "derived" else rec.size
-        print(f"{rec.image:{width}}  {rec.kind:7}  {_size(own):>9}  {_ago(rec.last_used):>12}  {rec.source or ''}")
+        print(f"{rec.image:{width}}  {rec.kind:7}  {_size(rec.own_bytes):>9}  {_ago(rec.last_used):>12}  "
+              f"{rec.source or ''}")
     budget = config.sandbox.images.cache_gb
     print(f"{len(records)} image{'s' if len(records) != 1 else ''} pulled or derived by this project: "
           f"{_size(store.usage())}" + (f" of a {budget:g} GB budget" if budget else " (no budget: "

@@ -85,8 +85,7 @@ class EnvService:
         self.cache = GradeCache()
         self.sessions: dict[str, Session] = {}
         self._round_robin = itertools.count()
-        self.pool = WarmPool(config.warm_pool, per_key=min(config.warm_per_task, config.warm_pool)) \
-            if config.warm_pool else None
+        self.pool = WarmPool(config.warm_pool, per_key=config.warm_per_task) if config.warm_pool else None
         self._ahead: dict[str, asyncio.Task] = {}  # instance id -> its preparation (prefetch_ahead)
         self._closing: set[asyncio.Task] = set()  # episodes a reset replaced, their sandboxes being closed
 

@@ -62,6 +62,11 @@ class ImageRecord(BaseModel):
     added: float = 0.0
     last_used: float = 0.0
 
+    @property
+    def own_bytes(self) -> int:
+        """What it takes beyond its source: a pulled image whole, a derived one its hardening layer."""
+        return max(self.size - self.source_size if self.kind == "derived" else self.size, 0)
+
 
 class _Ledger:
     """The records of one cache directory, read and written under an exclusive file lock."""
@@ -144,6 +149,7 @@ class ImageStore:
         self._held: dict[str, int] = {}
         self._touched: dict[str, float] = {}
         self._present_until: dict[str, float] = {}  # image -> until when it is taken as present unasked
+        self._derived_until: dict[tuple, tuple[str, float]] = {}  # (image, workdir, tools) -> (tag, until)
         self._progress: dict[str, tuple[int, int]] = {}  # image -> (bytes done, bytes known) of a running pull
         self.counters = {"pulls": 0, "pull_failures": 0, "pulled_bytes": 0, "pull_seconds": 0.0,
                          "derived": 0, "evicted": 0, "evicted_bytes": 0}
@@ -191,22 +197,33 @@ class ImageStore:
             _log.warning("could not record the use of %s: %s", images, exc)
 
     # -- present, derived, template ---------------------------------------------------------------------
-    async def present(self, image: str) -> None:
+    async def present(self, image: str) -> bool:
         """Make ``image`` present on the engine: nothing when it is, else one pull shared by every
-        caller waiting for it. Raises ImageUnavailable (the registry's reason) or SandboxStartError."""
+        caller waiting for it; whether it was pulled. Raises ImageUnavailable (the registry's reason)
+        or SandboxStartError."""
         if self._known_present(image):
-            return
+            return False
         pull = self._pulls.run(("pull", image), lambda: self._pull(image))
         try:  # the pull checks its deadline between progress events; a registry gone silent is caught here
-            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(pull)), self.settings.pull_timeout_s + 30)
+            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(pull)),
+                                          self.settings.pull_timeout_s + 30)
         except asyncio.TimeoutError:
             raise ImageUnavailable(image, f"the pull took longer than {self.settings.pull_timeout_s:g} s "
                                           "(sandbox.images.pull_timeout_s)") from None
 
     async def derived(self, image: str, workdir: str, tools: tuple[str, ...]) -> str:
-        """The hardened session image of the present ``image`` (built once; its tag)."""
-        return await asyncio.wrap_future(self._prepare.run(("derive", image, workdir, tools),
-                                                           lambda: self._derive(image, workdir, tools)))
+        """The hardened session image of the present ``image`` (built once; its tag; known for
+        ``PRESENT_TTL_S`` after each look, as a present image is)."""
+        key = (image, workdir, tools)
+        with self._lock:
+            tag, until = self._derived_until.get(key, ("", 0.0))
+        if until > time.monotonic():
+            return tag
+        job = self._prepare.run(("derive", *key), lambda: self._derive(image, workdir, tools))
+        tag = await asyncio.wrap_future(job)
+        with self._lock:
+            self._derived_until[key] = (tag, time.monotonic() + PRESENT_TTL_S)
+        return tag
 
     async def prepare(self, spec: WorkspaceSpec, config: SandboxConfig,
                       template: bool = True) -> tuple[str, Any, Callable[[], None]]:
@@ -245,14 +262,14 @@ class ImageStore:
         with self._lock:
             self._present_until[image] = time.monotonic() + PRESENT_TTL_S
 
-    def _pull(self, image: str) -> None:
+    def _pull(self, image: str) -> bool:
         import docker.errors
 
         client = self.client()
         try:
             client.api.inspect_image(image)
             self._seen_present(image)
-            return
+            return False
         except docker.errors.ImageNotFound:
             pass
         except docker.errors.DockerException as exc:
@@ -315,6 +332,7 @@ class ImageStore:
         _log.info("pulled %s (%.0f MB in %.1f s)", image, info.get("Size", 0) / 2**20, seconds)
         self._seen_present(image)
         self._record(ImageRecord(image=image, kind="pulled", id=info["Id"], size=int(info.get("Size") or 0)))
+        return True
 
     def _count_failure(self, image: str) -> None:
         with self._lock:
@@ -386,6 +404,8 @@ class ImageStore:
                     records.pop(name, None)
                     with self._lock:
                         self._present_until.pop(name, None)
+                        self._derived_until = {k: v for k, v in self._derived_until.items()
+                                               if name not in (k[0], v[0])}
                 if len(done) == len(group):
                     used -= freed
                     removed += done
@@ -431,9 +451,7 @@ def _units(records: dict[str, ImageRecord]) -> list[list[str]]:
 
 def _unit_bytes(group: list[str], records: dict[str, ImageRecord]) -> int:
     """A pulled image counts whole, a derived one by the layer it adds to its source."""
-    rec_bytes = (records[n].size - records[n].source_size if records[n].kind == "derived" else records[n].size
-                 for n in group)
-    return sum(max(b, 0) for b in rec_bytes)
+    return sum(records[n].own_bytes for n in group)
 
 
 def _reason(exc: Any) -> str:
@@ -477,12 +495,12 @@ async def prefetch(specs: list[WorkspaceSpec], config: SandboxConfig, parallel: 
                                     error="the image cache is at its budget (sandbox.images.cache_gb)")
             else:
                 try:
-                    present = await asyncio.to_thread(_present, store, image)
+                    pulled = await store.present(image)
                     for workdir_spec in {(s.image_workdir or ""): s for s in group}.values():
                         _, _, release = await store.prepare(workdir_spec, config, template=False)
                         release()
                     size = int((await asyncio.to_thread(store.client().api.inspect_image, image)).get("Size") or 0)
-                    result = Prefetched(image=image, status="present" if present else "pulled", tasks=len(group),
+                    result = Prefetched(image=image, status="pulled" if pulled else "present", tasks=len(group),
                                         bytes=size, seconds=time.monotonic() - start)
                 except (SandboxStartError, docker.errors.DockerException) as exc:
                     result = Prefetched(image=image, status="failed", tasks=len(group),
@@ -493,16 +511,6 @@ async def prefetch(specs: list[WorkspaceSpec], config: SandboxConfig, parallel: 
 
     await asyncio.gather(*(one(image, group) for image, group in by_image.items()))
     return results
-
-
-def _present(store: ImageStore, image: str) -> bool:
-    import docker.errors
-
-    try:
-        store.client().api.inspect_image(image)
-        return True
-    except docker.errors.ImageNotFound:
-        return False
 
 
 # -- one store per engine and cache ------------------------------------------------------------------------

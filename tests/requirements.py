@@ -17,7 +17,7 @@ import importlib
 import os
 import re
 from types import ModuleType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
@@ -54,3 +54,13 @@ def require_module(module: str, part: str, reason: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError:
         missing(part, f"{module} is not installed: {reason}")
+
+
+def docker_engine_client() -> Any:
+    """The project's Docker client of the default engine; no engine (or no SDK): ``docker`` is missing."""
+    from sandbox.docker import docker_client  # the project's own module: never optional
+
+    try:
+        return docker_client(None)
+    except Exception as exc:  # noqa: BLE001 - no SDK or no engine
+        missing("docker", f"no Docker engine: {exc}")

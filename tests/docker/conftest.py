@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from docker_testlib import sandbox_containers, wait_gone
-from requirements import missing
+from requirements import docker_engine_client, missing
 
 from sandbox import SandboxConfig, WorkspaceSpec
 
@@ -31,12 +31,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def client():
-    from sandbox.docker import docker_client  # the project's own module: never optional
-
-    try:
-        return docker_client(None)
-    except Exception as exc:  # no SDK or no engine
-        missing("docker", f"no Docker engine: {exc}")
+    return docker_engine_client()
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from registry import LoopbackRegistry, RegistryError, layout_images, registry_binary
-from requirements import missing
+from requirements import docker_engine_client, missing
 
 SOURCE_IMAGE = os.environ.get("SWE_REGISTRY_SOURCE_IMAGE", "swe-openenv-base:bookworm")
 
@@ -40,12 +40,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def client():
-    from sandbox.docker import docker_client  # the project's own module: never optional
-
-    try:
-        return docker_client(None)
-    except Exception as exc:  # no SDK or no engine
-        missing("docker", f"no Docker engine: {exc}")
+    return docker_engine_client()
 
 
 def _start_registry() -> LoopbackRegistry:

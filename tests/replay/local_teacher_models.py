@@ -131,15 +131,24 @@ def build_teachers(out: Path, base: Path, examples) -> dict:
 def teacher_checkpoints(states: list[FrozenState], cache_root: Path | None = None) -> tuple[Path, Path]:
     """(early, late) checkpoint directories for this trace (trained once, then cached)."""
     from trainer_client.tiny_qwen import tiny_qwen_dir
-    from trainer_client.tokenizer import default_cache_dir, load_qwen_tokenizer
+    from trainer_client.tokenizer import load_qwen_tokenizer
 
     base = tiny_qwen_dir()
     examples = _examples(load_qwen_tokenizer(), states)
+    target = cached_teachers(f"replay-teachers-{_digest(examples, base)}", base, examples, cache_root)
+    return target / "early", target / "late"
+
+
+def cached_teachers(name: str, base: Path, examples, cache_root: Path | None = None) -> Path:
+    """:func:`build_teachers` into ``<cache>/test-models/<name>`` (``name`` carries the recipe's digest),
+    built once; a build finished concurrently by another process is taken as it is."""
+    from trainer_client.tokenizer import default_cache_dir
+
     root = (cache_root or default_cache_dir()) / "test-models"
-    target = root / f"replay-teachers-{_digest(examples, base)}"
+    target = root / name
     if not (target / "recipe.json").exists():
         root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".replay-teachers-", dir=root))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
         try:
             build_teachers(tmp, base, examples)
             try:
@@ -149,4 +158,4 @@ def teacher_checkpoints(states: list[FrozenState], cache_root: Path | None = Non
                     raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    return target / "early", target / "late"
+    return target

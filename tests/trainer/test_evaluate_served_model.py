@@ -21,10 +21,8 @@ import asyncio
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -78,7 +76,7 @@ def fixer_checkpoint(states: list[Any]) -> Path:
     from replay import local_teacher_models as ltm
 
     from trainer_client.tiny_qwen import tiny_qwen_dir
-    from trainer_client.tokenizer import default_cache_dir, load_qwen_tokenizer
+    from trainer_client.tokenizer import load_qwen_tokenizer
     from trainer_client.warmstart import Turn, default_turn_ids
 
     assert [s.t for s in states] == list(range(len(FIX))), [s.t for s in states]
@@ -88,21 +86,8 @@ def fixer_checkpoint(states: list[Any]) -> Path:
         prompt, gen = ltm.served_prompt_ids(tok, state), default_turn_ids(tok, Turn(name, dict(args)))
         examples.append((prompt + gen, [0] * len(prompt) + [1] * len(gen)))
     digest = hashlib.sha256(f"{RECIPE}:{ltm._digest(examples, base)}".encode()).hexdigest()[:16]
-    root = default_cache_dir() / "test-models"
-    target = root / f"{RECIPE}-{digest}"
-    if not (target / "recipe.json").exists():
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{RECIPE}-", dir=root))
-        try:
-            ltm.build_teachers(tmp, base, examples)  # "early": greedy on every target token by the margin
-            try:
-                os.replace(tmp, target)
-            except OSError:  # built concurrently
-                if not (target / "recipe.json").exists():
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target / "early"
+    # "early": greedy on every target token by the margin
+    return ltm.cached_teachers(f"{RECIPE}-{digest}", base, examples) / "early"
 
 
 @pytest.fixture(scope="module")
