@@ -12,7 +12,7 @@
 # on (the teachers behind `transformers serve` over HTTP; each proposed action executed in a fork
 # of the episode and graded by the hidden tests).
 #
-# Built once per machine and reused: the tasks (.cache/demo-tasks-v2) and the warm start
+# Built once per machine and reused: the tasks (.cache/demo-tasks-v3) and the warm start
 # (.cache/demo-warmstart/<key>: the policy and its teachers, keyed by the task file, warmstart.py
 # and the recipe). Every phase is timed; the times are printed at the end.
 #
@@ -28,7 +28,7 @@ export HF_HUB_DISABLE_PROGRESS_BARS=1
 # inside TRL/transformers, nothing a user of the demo can act on) would bury the demo's output
 export PYTHONWARNINGS="ignore::FutureWarning"
 BIN=.venv/bin
-TASKS_DIR=${DEMO_TASKS_DIR:-.cache/demo-tasks-v2}
+TASKS_DIR=${DEMO_TASKS_DIR:-.cache/demo-tasks-v3}
 OUT=${DEMO_OUTPUT_DIR:-runs/demo}
 STEPS=${DEMO_STEPS:-8}
 WARMSTART=${DEMO_WARMSTART:-1}

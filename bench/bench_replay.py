@@ -43,7 +43,7 @@ from env_client.local_server import LocalEnvServer, start_env_server  # noqa: E4
 
 def demo_artifacts() -> tuple[Path, Path, list[Path]]:
     """(task file, warm-started policy, teacher checkpoints) cached by `make demo`."""
-    tasks = ROOT / ".cache/demo-tasks-v2/tasks.jsonl"
+    tasks = ROOT / ".cache/demo-tasks-v3/tasks.jsonl"
     policies = sorted((ROOT / ".cache/demo-warmstart").glob("*/warmstart.json"), key=lambda p: p.stat().st_mtime)
     teachers = sorted((ROOT / ".cache/demo-teachers").glob("*/warmstart.json"), key=lambda p: p.stat().st_mtime)
     if not tasks.exists() or not policies or not teachers:

@@ -30,7 +30,8 @@ from .mutate import Edit, apply_edit, find_mutations, parses
 from .packages import resolve_packages
 from .runner import PytestRunner
 from .sources import TaskgenError, pristine_tree
-from .statement import Style, leaks, problem_statement, reveals_tests
+from . import reproducer
+from .statement import Evidence, Style, leaks, problem_statement, reveals_tests
 
 DEFAULT_MIN_TASKS = 30
 DEFAULT_TASKS_PER_PACKAGE = 6
@@ -40,7 +41,13 @@ ATTEMPTS_PER_TASK = 8
 # Bump when the way verdicts are computed changes: it invalidates cached verdicts.
 VERDICT_VERSION = "4"
 # Bump when the same inputs would give different tasks (ordering, statements, ids).
-BUILDER_VERSION = "8"
+BUILDER_VERSION = "9"
+# Failing tests tried, in order, for a reproducer the statement can carry.
+REPRODUCER_TRIES = 6
+# Why no statement could be written, from the earliest stage to the latest; a candidate is
+# rejected for the latest stage any of its failing tests reached.
+STATEMENT_REJECTIONS = ("no_reproducer", "reproducer_passes_on_bug", "reproducer_fails_on_fix",
+                        "no_public_entry_point", "statement_leaks")
 # Node ids that pass unchanged through a shell command line and JUnit XML.
 _SAFE_NODEID = re.compile(r"^[\x21-\x7e]+$")
 _UNSAFE_CHARS = set("\\'\"`$;&|<>")
@@ -279,7 +286,7 @@ class _PackageBuilder:
     # -- output ----------------------------------------------------------------------------
     def make_task(self, mut: Mutation, edit: Edit, src: str,
                   verdict: CandidateVerdict) -> tuple[TaskRecord, TaskProvenance] | str:
-        """The task of an accepted mutation, or why it was dropped ("gold_failed", "statement_leaks")."""
+        """The task of an accepted mutation, or why it was dropped ("gold_failed", or a ``STATEMENT_REJECTIONS`` reason)."""
         spec = self.spec
         buggy = apply_edit(src, edit)
         bug = gitrepo.commit_change(self.repo, self.clean, mut.path, buggy, f"{spec.name} {spec.version}")
@@ -290,26 +297,82 @@ class _PackageBuilder:
         gitrepo.set_branch(self.repo, f"task/{instance_id}", bug)
         changed = [line[1:] for line in patch.splitlines()
                    if line[:1] in "+-" and not line.startswith(("+++", "---"))]
-        statement, found = "", []
-        for detail in (2, 1, 0):
-            statement = problem_statement(spec.name, spec.version, self.work, verdict.fail_to_pass,
-                                          verdict.messages, random.Random(f"{self.seed}|{instance_id}"), detail,
-                                          style=self.statement_style, lines=verdict.lines)
-            found = leaks(statement, mut, changed)
-            if self.statement_style == "report":
-                found += reveals_tests(statement, self.work, verdict.fail_to_pass + verdict.pass_to_pass)
-            if not found:
-                break
-        else:
-            self.log(f"{instance_id}: statement leaks ({'; '.join(found)}); skipped")
-            return "statement_leaks"
+        written = self.write_statement(mut, buggy, src, verdict, changed, instance_id)
+        if isinstance(written, str):
+            return written
+        statement, evidence = written
         record = TaskRecord(
             instance_id=instance_id, source="synthetic-mutation", repo=f"pypi/{spec.name}", base_commit=bug, problem_statement=statement,
             patch=patch, FAIL_TO_PASS=verdict.fail_to_pass, PASS_TO_PASS=verdict.pass_to_pass,
             version=spec.version, environment_setup_commit=bug,
             repo_path=f"repos/{spec.key}", python_env=f"envs/{spec.key}",
         )
-        return record, TaskProvenance(instance_id=instance_id, package=spec.key, mutation=mut)
+        return record, TaskProvenance(instance_id=instance_id, package=spec.key, mutation=mut,
+                                      entry_point=evidence.entry_point, reproducer=evidence.reproducer.code)
+
+    def write_statement(self, mut: Mutation, buggy: str, src: str, verdict: CandidateVerdict,
+                        changed: list[str], instance_id: str) -> tuple[str, Evidence] | str:
+        """The statement and its evidence, or why none could be written (``STATEMENT_REJECTIONS``).
+
+        Tries the failing tests in order: a test's reproducer must fail on the buggy tree, pass
+        on the fixed one and go through a public entry point of the package, and the statement
+        must not give away the change or (in a report) the tests.
+        """
+        reached = -1
+        packages = reproducer.package_names(list(self.spec.source_files), self.spec.import_root)
+        for test in verdict.fail_to_pass[:REPRODUCER_TRIES]:
+            stage = self._statement_for(test, mut, buggy, src, verdict, changed, instance_id, packages)
+            if not isinstance(stage, str):
+                return stage
+            reached = max(reached, STATEMENT_REJECTIONS.index(stage))
+        reason = STATEMENT_REJECTIONS[max(reached, 0)]
+        self.log(f"{instance_id}: no statement with a working reproducer ({reason}); skipped")
+        return reason
+
+    def _statement_for(self, test: str, mut: Mutation, buggy: str, src: str, verdict: CandidateVerdict,
+                       changed: list[str], instance_id: str, packages: tuple[str, ...]) -> tuple[str, Evidence] | str:
+        repro = reproducer.write(self.work, test, verdict.lines.get(test))
+        if repro is None:
+            return "no_reproducer"
+        on_bug, on_fix = (self.run_reproducer(repro, mut, tree_src, packages) for tree_src in (buggy, src))
+        if not on_bug.failed:
+            return "reproducer_passes_on_bug"
+        if not on_fix.passed:
+            return "reproducer_fails_on_fix"
+        entry = reproducer.entry_point(on_fix, packages) or reproducer.entry_point(on_bug, packages)
+        if entry is None:
+            return "no_public_entry_point"
+        evidence = Evidence(entry_point=entry, reproducer=repro, run=on_bug, fixed=on_fix)
+        statement = problem_statement(self.spec.name, self.spec.version, self.work, verdict.fail_to_pass, evidence,
+                                      random.Random(f"{self.seed}|{instance_id}"), style=self.statement_style)
+        found = leaks(statement, mut, changed)
+        if self.statement_style == "report":
+            found += reveals_tests(statement, self.work, verdict.fail_to_pass + verdict.pass_to_pass)
+        if found:
+            self.log(f"{instance_id}: statement from {test} leaks ({'; '.join(found)})")
+            return "statement_leaks"
+        return statement, evidence
+
+    def run_reproducer(self, repro: reproducer.Reproducer, mut: Mutation, tree_src: str,
+                       packages: tuple[str, ...]) -> reproducer.Run:
+        """``repro`` run on the work tree with ``mut.path`` holding ``tree_src`` (cached)."""
+        key = "repro-" + hashlib.sha256(json.dumps(
+            [reproducer.VERSION, mut.path, tree_src, repro.code, repro.callees, packages]).encode()).hexdigest()[:20]
+        cached = self._load(key)
+        if cached is not None:
+            return reproducer.Run.model_validate(cached)
+        target = self.work / mut.path
+        original = target.read_text(encoding="utf-8")
+        try:
+            target.write_text(tree_src, encoding="utf-8")
+            run = reproducer.run(repro.code, self.runner.env / "bin" / "python", self.work,
+                                 import_root=self.spec.import_root, callees=repro.callees, packages=packages,
+                                 timeout_s=min(30.0, self.timeout))
+        finally:
+            target.write_text(original, encoding="utf-8")
+        if run.exit_code is not None:  # a timeout is not cached: the machine may have been busy
+            self._store(key, run.model_dump(mode="json"))
+        return run
 
     # -- cache -----------------------------------------------------------------------------
     def _load(self, key: str) -> dict | None:

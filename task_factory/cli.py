@@ -58,6 +58,10 @@ def add_task_commands(sub: argparse._SubParsersAction) -> None:
     validate.add_argument("--backend", choices=[*backend_names(), "host"], default=DEFAULT_BACKEND,
                           help="sandbox used by the grader; 'host' runs the tests without a sandbox")
     validate.add_argument("--concurrency", type=int, default=2)
+    validate.add_argument("--statements", action="store_true",
+                          help="also check each synthetic-mutation task's statement: its reproducer fails on the base "
+                               "tree and passes with the gold patch, and its first line names the public entry point "
+                               "the reproducer calls (host-side, with the task's venv)")
     validate.set_defaults(func=_validate)
 
     reverify = sub.add_parser("reverify", help="re-grade finished episodes from their traces with the current "
@@ -136,7 +140,8 @@ def _validate(args: argparse.Namespace) -> int:
     from .validate import validate_file
 
     try:
-        report = asyncio.run(validate_file(args.file, backend=args.backend, concurrency=args.concurrency))
+        report = asyncio.run(validate_file(args.file, backend=args.backend, concurrency=args.concurrency,
+                                            statements=args.statements))
     except TaskFileError as exc:
         print(f"task-factory validate: {exc}", file=sys.stderr)
         return 2

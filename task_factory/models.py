@@ -87,6 +87,8 @@ class TaskProvenance(BaseModel):
     instance_id: str
     package: str
     mutation: Mutation
+    entry_point: str = Field("", description="the public callable the statement names as misbehaving")
+    reproducer: str = Field("", description="the statement's script: fails on the base tree, passes with the gold patch")
 
 
 class PackageReport(BaseModel):

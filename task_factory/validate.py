@@ -10,19 +10,23 @@ task's ``test_patch``) in a temporary directory.
 from __future__ import annotations
 
 import asyncio
+import re
 import tarfile
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 from sandbox.git import run_git
 
-from . import gitrepo
+from . import gitrepo, reproducer
 from .envs import PTH_NAME, WORKSPACE
 from .runner import PytestRunner
 from .sources import TaskgenError
+from .statement import reproducer_block
 
 Backend = str  # a sandbox backend of the registry, or "host" (no sandbox)
 
@@ -34,11 +38,13 @@ class ValidationRow(BaseModel):
     gold_reward: float | None = None
     empty_reward: float | None = None
     error: str | None = Field(None, description="why a grading gave no usable reward")
+    statement_error: str | None = Field(None, description="why the statement fails its check (--statements)")
     duration_s: float = 0.0
 
     @property
     def ok(self) -> bool:
-        return self.error is None and self.gold_reward == 1.0 and self.empty_reward == 0.0
+        return (self.error is None and self.statement_error is None and self.gold_reward == 1.0
+                and self.empty_reward == 0.0)
 
 
 class ValidationReport(BaseModel):
@@ -58,16 +64,18 @@ class ValidationReport(BaseModel):
         for r in self.rows:
             g = "-" if r.gold_reward is None else f"{r.gold_reward:.2f}"
             e = "-" if r.empty_reward is None else f"{r.empty_reward:.2f}"
+            why = "; ".join(filter(None, [r.error, r.statement_error and f"statement: {r.statement_error}"]))
             lines.append(f"{r.instance_id:<{width}}  {g:>4}  {e:>5}  {'yes' if r.ok else 'NO':<3} "
-                         f"{r.duration_s:5.1f}  {r.error or ''}".rstrip())
+                         f"{r.duration_s:5.1f}  {why}".rstrip())
         good = sum(r.ok for r in self.rows)
         lines.append(f"validate ({self.backend}): {good} passed, {len(self.rows) - good} failed")
         return "\n".join(lines)
 
 
 async def validate_file(path: str | Path, backend: Backend = "bwrap", concurrency: int = 2,
-                        sandbox_config=None) -> ValidationReport:
-    """Grade every task of ``path`` with its gold patch and with an empty diff.
+                        sandbox_config=None, statements: bool = False) -> ValidationReport:
+    """Grade every task of ``path`` with its gold patch and with an empty diff; with
+    ``statements``, also check each synthetic-mutation task's statement (``statement_problems``).
 
     Raises ``verifier.task.TaskFileError`` when the file cannot be loaded.
     """
@@ -87,8 +95,14 @@ async def validate_file(path: str | Path, backend: Backend = "bwrap", concurrenc
                     gold, empty, err = await _grading_pair(task, backend, sandbox_config)
             except Exception as exc:  # one broken task must not hide the others' results
                 gold, empty, err = None, None, f"{type(exc).__name__}: {exc}"
+            statement_error = None
+            if statements and task.source == "synthetic-mutation":
+                try:
+                    statement_error = "; ".join(await asyncio.to_thread(statement_problems, task)) or None
+                except Exception as exc:
+                    statement_error = f"{type(exc).__name__}: {exc}"
             return ValidationRow(instance_id=task.instance_id, gold_reward=gold, empty_reward=empty, error=err,
-                                 duration_s=round(time.monotonic() - t0, 2))
+                                 statement_error=statement_error, duration_s=round(time.monotonic() - t0, 2))
 
     rows = await asyncio.gather(*(one(t) for t in tasks))
     return ValidationReport(backend=backend, rows=list(rows), duration_s=round(time.monotonic() - start, 2))
@@ -146,10 +160,14 @@ def import_root_of(python_env: Path) -> str:
     return "."
 
 
-def host_grade(task, diff: str, plugin_dir: Path | None = None) -> float:
-    """Reward (resolved: 1.0 or 0.0) of ``diff`` on the host: checkout, ``git apply``, run the tests."""
-    if task.python_env is None:
-        raise TaskgenError("host validation needs the task's python_env")
+class DiffDoesNotApply(TaskgenError):
+    """``git apply`` refused the diff."""
+
+
+@contextmanager
+def checkout(task, diff: str = "", *, with_tests: bool = False) -> Iterator[Path]:
+    """A temporary tree of ``task.base_commit`` with ``diff`` applied (and, ``with_tests``, the
+    task's ``test_patch``). Raises TaskgenError when the tree cannot be made or ``diff`` does not apply."""
     with tempfile.TemporaryDirectory(prefix="taskgen-host-") as tmp:
         tree = Path(tmp) / "workspace"
         tree.mkdir()
@@ -161,19 +179,69 @@ def host_grade(task, diff: str, plugin_dir: Path | None = None) -> float:
         tar_path.write_bytes(archive.stdout)
         with tarfile.open(tar_path) as tf:
             tf.extractall(tree, filter="data")
+        tar_path.unlink()
         gitrepo.git(tree, "init", "-q")
         if diff.strip():
             try:
                 gitrepo.git(tree, "apply", "--whitespace=nowarn", "-", input=diff)
-            except TaskgenError:
-                return 0.0
-        if task.test_patch.strip():
+            except TaskgenError as exc:
+                raise DiffDoesNotApply(str(exc)) from exc
+        if with_tests and task.test_patch.strip():
             gitrepo.git(tree, "apply", "--whitespace=nowarn", "-", input=task.test_patch)
-        runner = PytestRunner(task.python_env, plugin_dir or Path(tmp) / "plugin", import_root_of(task.python_env),
-                              grader_ini=True)
-        result = runner.run(tree, task.tests, timeout_s=900)
+        yield tree
+
+
+def host_grade(task, diff: str, plugin_dir: Path | None = None) -> float:
+    """Reward (resolved: 1.0 or 0.0) of ``diff`` on the host: checkout, ``git apply``, run the tests."""
+    if task.python_env is None:
+        raise TaskgenError("host validation needs the task's python_env")
+    try:
+        with checkout(task, diff, with_tests=True) as tree:
+            runner = PytestRunner(task.python_env, plugin_dir or tree.parent / "plugin",
+                                  import_root_of(task.python_env), grader_ini=True)
+            result = runner.run(tree, task.tests, timeout_s=900)
+    except DiffDoesNotApply:
+        return 0.0
     ok = all(result.tests.get(t) is not None and result.tests[t].outcome == "passed" for t in task.tests)
     return 1.0 if ok else 0.0
+
+
+def statement_problems(task) -> list[str]:
+    """Why ``task``'s statement would not let an engineer find the bug without the tests (empty: none).
+
+    The statement must carry a reproducer (``To reproduce:`` and a python block) that fails on
+    the base tree and passes with the gold patch, and its first line must name, in backticks, a
+    public callable of the patched package that the reproducer calls (resolved at run time).
+    Runs on the host with the task's venv, without network where the host allows it.
+    """
+    if task.python_env is None:
+        return ["the statement check needs the task's python_env"]
+    code = reproducer_block(task.problem_statement)
+    if code is None:
+        return ["carries no reproducer (no 'To reproduce:' python block)"]
+    root = import_root_of(task.python_env)
+    patched = re.findall(r"^diff --git a/(\S+) ", task.patch, re.M)
+    packages = reproducer.package_names([p for p in patched if p.endswith(".py")], root)
+    callees = reproducer.script_callees(code)
+    python = task.python_env / "bin" / "python"
+    problems = []
+    with checkout(task) as base:
+        on_base = reproducer.run(code, python, base, import_root=root, callees=callees, packages=packages)
+    with checkout(task, task.patch) as fixed:
+        on_gold = reproducer.run(code, python, fixed, import_root=root, callees=callees, packages=packages)
+    if not on_base.failed:
+        problems.append("its reproducer does not fail on the base tree"
+                        + (" (timed out)" if on_base.exit_code is None else ""))
+    if not on_gold.passed:
+        problems.append(f"its reproducer fails with the gold patch: {on_gold.output.splitlines()[-1:]}")
+    first = task.problem_statement.strip().splitlines()[0] if task.problem_statement.strip() else ""
+    named = set(re.findall(r"`([\w.]+)`", first))
+    public = {c.name for c in on_gold.callees if c.name} & named
+    if not any(reproducer.entry_point(reproducer.Run(exit_code=0, callees=(c,)), packages)
+               for c in on_gold.callees if c.name in public):
+        problems.append(f"its first line names no public entry point of {', '.join(packages) or 'the package'} "
+                        f"that the reproducer calls (named: {sorted(named) or 'nothing'})")
+    return problems
 
 
 def _host_pair(task) -> tuple[float, float, str | None]:

@@ -19,7 +19,7 @@ from task_factory.mine import MINER_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 PACK_DIR = ROOT / ".cache" / "taskpack"
-SMALL_PACK_PACKAGES = ("inflection", "toolz", "cachetools")
+SMALL_PACK_PACKAGES = ("inflection", "toolz", "idna")
 # Release pairs of six: two kept (real fixes), the others rejected for their reasons (a fresh
 # build takes about a minute: five sdists and three suites run four times each).
 MINED_PACK_PACKAGES = ("six",)

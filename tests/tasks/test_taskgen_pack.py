@@ -8,12 +8,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from taskpack import PACK_DIR, build_small_pack
+from taskpack import PACK_DIR, SMALL_PACK_PACKAGES, build_small_pack
 
 from task_factory import build_tasks
 from task_factory.models import BuildReport
-from task_factory.statement import leaks, reveals_tests
-from task_factory.validate import host_grade, validate_file
+from task_factory.build import STATEMENT_REJECTIONS
+from task_factory.statement import leaks, reproducer_block, reveals_tests
+from task_factory.validate import checkout, host_grade, import_root_of, statement_problems, validate_file
 from verifier.task import TaskRecord, load_tasks
 
 N = 3
@@ -83,6 +84,69 @@ def test_statements_do_not_leak_the_injected_change_or_the_tests(pack: Path, rep
         assert f"{task.repo.removeprefix('pypi/')} {task.version}" in task.problem_statement
 
 
+def test_every_statement_names_its_entry_point_and_carries_a_script_that_fails_only_on_the_bug(
+        pack: Path, report: BuildReport, tmp_path: Path) -> None:
+    """What the issue promised a capable engineer: the public entry point that misbehaves, and a
+    script that shows the failure on the base tree and not with the gold patch. Run here as a user
+    runs it (``python reproduce.py`` from the tree), independently of the builder's own runner."""
+    for task, prov in zip(load_tasks(pack), report.provenance, strict=True):
+        first = task.problem_statement.splitlines()[0]
+        assert prov.entry_point and f"`{prov.entry_point}`" in first, first
+        assert not any(part.startswith("_") for part in prov.entry_point.split("."))
+        code = reproducer_block(task.problem_statement)
+        assert code is not None and code == prov.reproducer
+        script = tmp_path / "reproduce.py"
+        script.write_text(code + "\n")
+        env = {"PATH": os.defpath, "HOME": str(tmp_path), "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+        python = str(task.python_env / "bin" / "python")
+        outcomes = []
+        for diff in ("", task.patch):
+            with checkout(task, diff) as tree:
+                env["PYTHONPATH"] = str(tree / import_root_of(task.python_env))
+                outcomes.append(subprocess.run([python, str(script)], cwd=tree, env=env, capture_output=True,
+                                               text=True, timeout=60))
+        on_base, on_gold = outcomes
+        assert on_base.returncode != 0, (task.instance_id, on_base.stdout)
+        # "what came back": the statement quotes the exception the script died of on the base tree
+        assert on_base.stderr.strip().splitlines()[-1][:100] in task.problem_statement, on_base.stderr
+        assert on_gold.returncode == 0, (task.instance_id, on_gold.stderr[-2000:])
+        assert statement_problems(task) == []  # the same check, as `task-factory validate --statements` runs it
+    for p in report.packages:  # rejections are counted by reason
+        assert set(p.rejected) <= {*STATEMENT_REJECTIONS, "gold_failed", "timeout", "collection_error",
+                                   "no_failing_test", "too_many_failures", "flaky"}
+
+
+def test_validate_statements_flags_a_statement_without_a_working_reproducer(pack: Path, tmp_path: Path) -> None:
+    """`task-factory validate --statements`: the built pack passes; a copy whose statement lost its
+    reproducer's check, or names no entry point, fails with the reason, and exits 1."""
+    import json
+    import sys
+
+    rows = [json.loads(line) for line in pack.read_text().splitlines()]
+    for row in rows:
+        for key in ("repo_path", "python_env"):
+            row[key] = str((pack.parent / row[key]).resolve())
+    bad = [dict(rows[0]), dict(rows[1])]
+    code = reproducer_block(bad[0]["problem_statement"])
+    assert code is not None
+    kept = "\n".join(line for line in code.splitlines() if not line.startswith("assert "))
+    bad[0]["problem_statement"] = bad[0]["problem_statement"].replace(code, kept)  # shows no failure any more
+    lines = bad[1]["problem_statement"].splitlines()
+    bad[1]["problem_statement"] = "\n".join(["Something is wrong somewhere."] + lines[1:])
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("".join(json.dumps(r) + "\n" for r in bad))
+    exe = [sys.executable, "-m", "task_factory"]
+    good = subprocess.run([*exe, "validate", str(pack), "--backend", "host", "--statements"], capture_output=True,
+                          text=True, timeout=600)
+    assert good.returncode == 0, good.stdout + good.stderr
+    out = subprocess.run([*exe, "validate", str(broken), "--backend", "host", "--statements"], capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "statement: its reproducer does not fail on the base tree" in out.stdout
+    assert "statement: its first line names no public entry point" in out.stdout
+    assert "0 passed, 2 failed" in out.stdout
+
+
 def test_host_grade_rejects_a_wrong_fix(pack: Path) -> None:
     task = load_tasks(pack)[0]
     assert host_grade(task, task.patch) == 1.0
@@ -91,7 +155,7 @@ def test_host_grade_rejects_a_wrong_fix(pack: Path) -> None:
 
 
 def test_rebuild_with_the_same_seed_is_identical_and_cached(pack: Path, tmp_path: Path) -> None:
-    again = build_tasks(tmp_path / "again", packages=["inflection", "toolz", "cachetools"], seed=0,
+    again = build_tasks(tmp_path / "again", packages=list(SMALL_PACK_PACKAGES), seed=0,
                         max_tasks=N, cache_dir=PACK_DIR / "cache")
     assert again.ok and again.pytest_runs == 0  # every verdict came from the cache
     assert (tmp_path / "again" / "tasks.jsonl").read_text() == pack.read_text()

@@ -1,12 +1,13 @@
-"""Problem statements: a user's bug report (or the verbose form), never the injected change's location."""
+"""Problem statements: a user's bug report (or the verbose form), never the injected change's location.
+
+How statements are written from a verified reproducer: tests/tasks/test_taskgen_reproducer.py."""
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 from task_factory.models import Mutation
-from task_factory.statement import clean_message, leaks, problem_statement, reproducer, reveals_tests, source_of_test
+from task_factory.statement import clean_message, leaks, reveals_tests, source_of_test
 
 MUT = Mutation(path="pkg/core.py", function="window", operator="flip_comparison", lineno=42, col=8, variant=">=")
 
@@ -41,19 +42,6 @@ def test_clean_message_drops_paths_and_line_numbers() -> None:
     assert "core.py" not in out and "line 42" not in out and "IndexError: list index out of range" in out
 
 
-def test_verbose_statement_has_test_source_and_error_without_location(tmp_path: Path) -> None:
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_w.py").write_text(TEST_FILE)
-    f2p = ["tests/test_w.py::test_empty", "tests/test_w.py::TestWindow::test_sizes[1]"]
-    text = problem_statement("pkg", "1.0", tmp_path, f2p,
-                             {f2p[0]: "AssertionError: assert [()] == []\n  at /x/pkg/core.py line 42"},
-                             random.Random(0), style="verbose")
-    assert "tests/test_w.py::test_empty" in text and "assert window([], 2) == []" in text
-    assert "AssertionError: assert [()] == []" in text
-    assert "TestWindow::test_sizes[1]" in text
-    assert leaks(text, MUT, ["        if n < 1:", "        if n >= 1:"]) == []
-
-
 def test_leaks_detects_each_kind_of_giveaway() -> None:
     assert leaks("see pkg/core.py", MUT, []) == ["names the modified file"]
     assert leaks("in core.py somewhere", MUT, []) == ["names the modified file's basename"]
@@ -64,15 +52,6 @@ def test_leaks_detects_each_kind_of_giveaway() -> None:
     assert leaks("crash at line 42", MUT, []) == ["names the modified line number"]
     assert leaks("a flip_comparison bug", MUT, []) == ["names the injection operator"]
     assert leaks("x\n    if len(seq) < n:\n", MUT, ["    if len(seq) < n:"]) == ["quotes a changed source line"]
-
-
-def test_lower_verbose_detail_levels_drop_code_then_message(tmp_path: Path) -> None:
-    (tmp_path / "t.py").write_text("def test_a():\n    assert f() == 1\n")
-    args = ("pkg", "1.0", tmp_path, ["t.py::test_a"], {"t.py::test_a": "AssertionError: assert 2 == 1"})
-    full, mid, low = (problem_statement(*args, random.Random(0), detail=d, style="verbose") for d in (2, 1, 0))
-    assert "assert f() == 1" in full and "assert f() == 1" not in mid
-    assert "assert 2 == 1" in mid and "assert 2 == 1" not in low
-    assert "t.py::test_a" in low
 
 
 REPORT_TESTS = '''import pytest
@@ -108,49 +87,6 @@ def _report_repo(tmp_path: Path) -> Path:
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_w.py").write_text(REPORT_TESTS)
     return tmp_path
-
-
-def test_reproducer_is_rewritten_from_the_failing_assertion(tmp_path: Path) -> None:
-    repo = _report_repo(tmp_path)
-    r = reproducer(repo, "tests/test_w.py::test_empty")
-    assert r is not None and r.expected == "[]"
-    assert r.code == "from pkg.core import window\n\ndata = []\nsize = 2\nprint(window(data, size))  # I expect []"
-    p = reproducer(repo, "tests/test_w.py::test_lengths[abc-3]")  # parametrize case resolved from its id
-    assert p is not None
-    assert p.code == "from pkg import helpers as h\n\ntext = 'abc'\nprint(h.length(text))  # I expect 3"
-    raising = reproducer(repo, "tests/test_w.py::TestWindow::test_raises", line=26)
-    assert raising is not None and raising.code.endswith("window([1], -1)") and raising.expected is None
-    assert reproducer(repo, "tests/test_w.py::test_with_fixture") is None  # needs a fixture: no standalone code
-    assert reproducer(repo, "tests/test_w.py::test_missing") is None
-
-
-def test_report_statement_reads_like_a_user_and_hides_the_test(tmp_path: Path) -> None:
-    repo = _report_repo(tmp_path)
-    f2p = ["tests/test_w.py::test_empty", "tests/test_w.py::test_lengths[abc-3]"]
-    msg = "AssertionError: assert [()] == []\n  +  where [()] = window([], 2)\n  at /x/pkg/core.py line 42"
-    text = problem_statement("pkg", "1.0", repo, f2p, {f2p[0]: msg}, random.Random(0))
-    assert "pkg 1.0" in text and "`window(data, size)` does not give what I expect" in text
-    assert "print(window(data, size))  # I expect []" in text
-    assert "Instead, I get `[()]`." in text and "AssertionError: assert [()] == []" in text
-    assert "where [()]" not in text and "core.py" not in text  # pytest's introspection and paths are dropped
-    assert "I expected `[]`." in text and "Related behaviour" in text
-    assert "test_empty" not in text and "test_w.py" not in text and "def test_" not in text
-    assert reveals_tests(text, repo, f2p) == []
-    assert leaks(text, MUT, ["        if n < 1:", "        if n >= 1:"]) == []
-
-
-def test_report_statement_for_an_exception_and_lower_detail(tmp_path: Path) -> None:
-    repo = _report_repo(tmp_path)
-    f2p = ["tests/test_w.py::TestWindow::test_raises"]
-    msgs = {f2p[0]: "TypeError: '<' not supported between instances of 'NoneType' and 'int'"}
-    full, mid, low = (problem_statement("pkg", "1.0", repo, f2p, msgs, random.Random(0), detail=d,
-                                        lines={f2p[0]: 26}) for d in (2, 1, 0))
-    assert "`window([1], -1)` raises `TypeError`" in full and "```python" in full
-    assert "TypeError: '<' not supported" in full and "no exception" not in full
-    assert "```python" not in mid and "TypeError: '<' not supported" in mid
-    assert "```" not in low and "raises `TypeError`" in low
-    for text in (full, mid, low):
-        assert reveals_tests(text, repo, f2p) == []
 
 
 def test_reveals_tests_finds_names_files_and_source(tmp_path: Path) -> None:
