@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# torch first, pinned to the CPU build that lies on these machines' disk
 	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -e ".[dev]"
+	# setuptools' notice that an editable install resolves our packages by name (nothing to act on)
+	PYTHONWARNINGS="ignore:Editable installation:UserWarning" $(BIN)/pip install -q -e ".[dev]"
 	@rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 setup: system-deps $(STAMP)

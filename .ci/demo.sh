@@ -10,7 +10,8 @@
 # run a short GRPO training run on the CPU against the server: channel 1 GRPO, channel 2 hint
 # distillation at the error sites, channel 3 DPO on pairs the replay loop mines while the run goes
 # on (the teachers behind `transformers serve` over HTTP; each proposed action executed in a fork
-# of the episode and graded by the hidden tests).
+# of the episode and graded by the hidden tests). Then evaluate the policy before and after training as
+# an agent on the same tasks (trainer-client evaluate: a report each).
 #
 # Built once per machine and reused: the tasks (.cache/demo-tasks-v3) and the warm start
 # (.cache/demo-warmstart/<key>: the policy and its teachers, keyed by the task file, warmstart.py
@@ -59,11 +60,11 @@ show() {  # LOG PATTERN COMMAND...
 
 # ------------------------------------------------------------------ 1 tasks
 if [ -f "$TASKS_DIR/tasks.jsonl" ]; then
-  echo "== 1/4 tasks: cached in $TASKS_DIR: 2 real fixes (source: release-diff) mined from consecutive"
+  echo "== 1/5 tasks: cached in $TASKS_DIR: 2 real fixes (source: release-diff) mined from consecutive"
   echo "   cachetools releases on PyPI, 4 synthetic bugs (source: synthetic-mutation) in inflection and idna"
   phase_done "1 tasks" "cached"
 else
-  echo "== 1/4 tasks (a minute or two, once per machine): 2 real fixes (source: release-diff) mined from consecutive"
+  echo "== 1/5 tasks (a minute or two, once per machine): 2 real fixes (source: release-diff) mined from consecutive"
   echo "   cachetools releases on PyPI (gold patch = the maintainers' change, hidden tests = theirs, issue = their"
   echo "   changelog), and 4 synthetic bugs (source: synthetic-mutation: one-token mutations of inflection and"
   echo "   idna), short enough for the tiny demo model to learn to fix; each task's tests run with and without"
@@ -94,7 +95,7 @@ fi
 # ------------------------------------------------------------------ 2 env server
 PORT=$($BIN/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 URL="http://127.0.0.1:$PORT"
-echo "== 2/4 env server on $URL (bwrap sandbox; log: $OUT/env-server.log)"
+echo "== 2/5 env server on $URL (bwrap sandbox; log: $OUT/env-server.log)"
 $BIN/env-server serve --host 127.0.0.1 --port "$PORT" --tasks "$TASKS_DIR/tasks.jsonl" --backend bwrap \
   --data-dir "$OUT/env-data" --log-level warning > "$OUT/env-server.log" 2>&1 &
 SERVER=$!
@@ -119,10 +120,10 @@ if [ "$WARMSTART" = 1 ]; then
   WARM=$CACHE/demo-warmstart/$key
   TEACH1=$WARM/teacher-${TEACHERS%,*} TEACH2=$WARM/teacher-${TEACHERS#*,}
   if [ -f "$WARM/warmstart.json" ]; then
-    echo "== 3/4 warm start: cached in $WARM (the policy; teachers in teacher-${TEACHERS%,*}/ and teacher-${TEACHERS#*,}/)"
+    echo "== 3/5 warm start: cached in $WARM (the policy; teachers in teacher-${TEACHERS%,*}/ and teacher-${TEACHERS#*,}/)"
     phase_done "3 warm start" "cached"
   else
-    echo "== 3/4 warm start (about 2 min on 2 cores, once per machine): record demonstrations through the env server"
+    echo "== 3/5 warm start (about 2 min on 2 cores, once per machine): record demonstrations through the env server"
     echo "   (gold edits, lazy submits, a stumble: a failing view, then the fix), then ONE SFT run: two teachers on"
     echo "   the gold demonstrations alone (steps ${TEACHERS/,/ and }), then the policy on all of them ($WARM_STEPS more steps)"
     echo "   (full output: $OUT/warmstart.log)"
@@ -139,20 +140,50 @@ print('built: recording %.0f s, SFT %.0f s' % (s['record'], s['sft']))" "$WARM/w
          --set "replay.local_models=[\"teacher${TEACHERS%,*}=$TEACH1\", \"teacher${TEACHERS#*,}=$TEACH2\"]"
          --set replay.min_agreeing=1 --set replay.states_per_episode=2)
 else
-  echo "== 3/4 warm start: skipped (DEMO_WARMSTART=0): the random model, no teachers"
+  echo "== 3/5 warm start: skipped (DEMO_WARMSTART=0): the random model, no teachers"
   phase_done "3 warm start" "skipped"
 fi
 
 # ------------------------------------------------------------------ 4 GRPO training
-echo "== 4/4 trainer-client train: $STEPS GRPO steps on the CPU, channels 1-3, one table row per step"
+echo "== 4/5 trainer-client train: $STEPS GRPO steps on the CPU, channels 1-3, one table row per step"
 [ "$WARMSTART" = 1 ] && echo "   (the two teachers start behind \`transformers serve\` first; the replay loop asks them in the background)"
 mkdir -p "$OUT/env-data/traces" && ls "$OUT/env-data/traces" > "$OUT/.traces-before-train"
 $BIN/trainer-client train --config trainer_client/configs/cpu_smoke.yaml --env-url "$URL" \
   --tasks "$TASKS_DIR/tasks.jsonl" --output-dir "$OUT/train" --max-steps "$STEPS" "${MODEL[@]}"
 phase_done "4 GRPO training"
+ls "$OUT/env-data/traces" > "$OUT/.traces-after-train"
+
+# ------------------------------------------------------------------ 5 evaluate
+EVAL_BEFORE="" EVAL_AFTER=""
+if [ "$WARMSTART" = 1 ]; then
+  echo "== 5/5 trainer-client evaluate: the policy before and after training, run as an agent on the 6 demo tasks"
+  echo "   (2 samples each, served by \`transformers serve\`; these are the training tasks: 6 tasks make no held-out"
+  echo "   set, docs/evaluation.md shows one; full output: $OUT/evaluate.log)"
+  : > "$OUT/evaluate.log"
+  EVAL_BEFORE=$WARM/eval-demo EVAL_AFTER=$OUT/eval-after
+  for which in before after; do
+    if [ "$which" = before ]; then
+      ckpt=$WARM dest=$EVAL_BEFORE fresh=()  # the warm start's evaluation is kept with it: a rerun runs nothing
+      echo "   before training (the warm start):"
+      if [ -f "$dest/report.json" ]; then  # nothing left to run: no need to serve the model
+        $BIN/python -c "import json, sys; o = json.load(open(sys.argv[1]))['summary']['overall']; \
+print('   resolved %d/%d, lost %d (cached); report: %s' % (o['resolved'], o['scored'], o['lost'], sys.argv[2]))" \
+          "$dest/report.json" "$dest/report.md"
+        continue
+      fi
+    else
+      ckpt=$OUT/train/final dest=$EVAL_AFTER fresh=(--fresh)
+      echo "   after $STEPS GRPO steps:"
+    fi
+    show "$OUT/evaluate.log" '^resolved ' $BIN/trainer-client evaluate --model "$ckpt" --env-url "$URL" \
+      --tasks "$TASKS_DIR/tasks.jsonl" --samples 2 --concurrency 4 --config trainer_client/configs/cpu_smoke.yaml \
+      --out "$dest" --quiet "${fresh[@]}"
+  done
+  phase_done "5 evaluate"
+fi
 
 # ------------------------------------------------------------------ what was shown, where to look, times
-$BIN/python - "$OUT" "$TASKS_DIR/tasks.jsonl" "$WARMSTART" <<'PY'
+$BIN/python - "$OUT" "$TASKS_DIR/tasks.jsonl" "$WARMSTART" "$EVAL_BEFORE" "$EVAL_AFTER" <<'PY'
 import json, sys
 from pathlib import Path
 
@@ -162,10 +193,11 @@ out, tasks_file = Path(sys.argv[1]), Path(sys.argv[2])
 source = {r["instance_id"]: r.get("source", "?") for r in map(json.loads, tasks_file.read_text().splitlines())}
 names = {"release-diff": "real fixes", "synthetic-mutation": "synthetic bugs"}
 before = set((out / ".traces-before-train").read_text().split())
+after = set((out / ".traces-after-train").read_text().split())
 episodes: dict[str, list[int]] = {}  # source -> [episodes, resolved]
 for trace in (out / "env-data" / "traces").glob("*.jsonl"):
-    if trace.name in before:
-        continue  # the warm start's recordings, earlier runs
+    if trace.name in before or trace.name not in after:
+        continue  # the warm start's recordings, earlier runs, the evaluation's episodes
     lines = trace.read_text().splitlines()
     head = json.loads(lines[0]) if lines else {}
     if head.get("kind") != "reset" or "fork_of" in head:
@@ -219,6 +251,15 @@ if pairs:
           " in a fork of the episode and graded by the hidden tests; the teacher's scored higher)")
 if (out / "train" / "pairs.jsonl").exists() and not forked:
     missing.append("no fork-verified pair")
+evaluated = {}
+for label, folder in (("before training", sys.argv[4]), ("after training", sys.argv[5])):
+    report = Path(folder) / "report.json" if folder else None
+    if report is not None and report.exists():
+        evaluated[label] = json.loads(report.read_text())["summary"]["overall"]
+if evaluated:
+    print("   evaluated as an agent (trainer-client evaluate, 2 samples per task): " + "; ".join(
+        f"{label} {o['resolved']}/{o['scored']} resolved, pass@1 {100 * (o.get('pass@1') or 0):.0f}%"
+        + (f", {o['lost']} lost" if o.get("lost") else "") for label, o in evaluated.items()))
 if sys.argv[3] != "1":
     print("   (DEMO_WARMSTART=0: the random model makes no tool calls: no rewards, error sites or pairs to expect)")
     missing = []
@@ -229,6 +270,8 @@ for path, what in ((out / "train" / "metrics.jsonl", "every metric per step; the
                                                       '("kind": "summary")'),
                    (out / "train" / "metrics.png", "the curves: the three channels in one panel, their inputs in the next"),
                    (out / "train" / "pairs.jsonl", "channel 3's pairs with their provenance (fork rewards, teachers)"),
+                   (out / "eval-after" / "report.md", "the trained policy's evaluation (the warm start's: "
+                                                       + (f"{sys.argv[4]}/report.md)" if sys.argv[4] else "none)")),
                    (out / "env-data" / "traces", "one trace per episode (rollouts, forks, the warm start's recordings)"),
                    (out / "tasks.log", "task-factory's full output"),
                    (out / "warmstart.log", "the warm start's full output"),
@@ -236,7 +279,7 @@ for path, what in ((out / "train" / "metrics.jsonl", "every metric per step; the
     if path.exists():
         print(f"   {str(path):<34} {what}")
 PY
-rm -f "$OUT/.traces-before-train"
+rm -f "$OUT/.traces-before-train" "$OUT/.traces-after-train"
 echo "== phase times ($(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg))"
 printf '%s\n' "${TIMES[@]}"
 total=$(awk -v a="$(seconds_since "$T_START")" -v b="${DEMO_SETUP_S:-0}" 'BEGIN { printf "%.1f", a + b }')
