@@ -160,7 +160,7 @@ if [ "$WARMSTART" = 1 ]; then
   echo "   (2 samples each, served by \`transformers serve\`; these are the training tasks: 6 tasks make no held-out"
   echo "   set, docs/evaluation.md shows one; full output: $OUT/evaluate.log)"
   : > "$OUT/evaluate.log"
-  EVAL_BEFORE=$WARM/eval-demo EVAL_AFTER=$OUT/eval-after
+  EVAL_BEFORE=$WARM/eval-demo-v2 EVAL_AFTER=$OUT/eval-after
   for which in before after; do
     if [ "$which" = before ]; then
       ckpt=$WARM dest=$EVAL_BEFORE fresh=()  # the warm start's evaluation is kept with it: a rerun runs nothing

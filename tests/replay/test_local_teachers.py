@@ -334,3 +334,32 @@ def test_paid_teachers_file_parses_and_every_price_is_dated():
         assert checks, f"teacher {teacher.name}: no '# prices checked YYYY-MM-DD against URL' comment"
         for date, _url in checks:
             assert dt.date(2026, 1, 1) <= dt.date.fromisoformat(date) <= dt.date.today() + dt.timedelta(days=1)
+
+
+@pytest.mark.slow
+def test_a_served_checkpoint_samples_when_asked_for_a_temperature(tmp_path):
+    """`transformers serve` alone keeps a checkpoint's greedy default whatever the request's
+    temperature (k samples at temperature 1.0 were k copies); our serve wrapper samples then, as
+    the OpenAI API means it, and stays greedy at temperature 0. The random tiny Qwen2 spreads its
+    probability over the whole vocabulary, so sampled answers differ at once and greedy ones never."""
+    _serve_available()
+    import httpx
+
+    from trainer_client.tiny_qwen import tiny_qwen_dir
+
+    with LocalTeachers([tiny_qwen_dir()], threads=1, startup_timeout_s=300) as local:
+        teacher = local.teachers.teachers[0]
+
+        def answers(temperature: float) -> list[str]:
+            body = {"model": teacher.model, "max_tokens": 12, "temperature": temperature,
+                    "messages": [{"role": "user", "content": "Fix the bug."}]}
+            out = []
+            for _ in range(3):
+                reply = httpx.post(f"{teacher.base_url}/chat/completions", json=body, timeout=120)
+                reply.raise_for_status()
+                out.append(reply.json()["choices"][0]["message"].get("content") or "")
+            return out
+
+        greedy, sampled = answers(0.0), answers(1.0)
+    assert len(set(greedy)) == 1, greedy
+    assert len(set(sampled)) == 3, sampled

@@ -21,14 +21,15 @@ accepts (transformers serve pins the server to it; vLLM is told `--served-model-
 
 Servers (`serve=`):
 - "transformers" (default, CPU): `transformers serve <model> --device cpu`, run through
-  `python -m trainer_client.replay.local serve ...`, which is the transformers CLI with two
-  fixes (`serve_main`): it drops null-valued fields of request messages (the env server's
+  `python -m trainer_client.replay.local serve ...`, which is the transformers CLI with three
+  fixes (`serve_main`): a temperature above 0 samples (transformers serve alone keeps the
+  checkpoint's greedy default, so k samples were k copies), it drops null-valued fields of request messages (the env server's
   state(t) messages carry `"tool_calls": null`, valid OpenAI, which transformers serve 5.x
   turns into a 500, `'NoneType' object is not iterable`, and which would also drop the
   message's content), and it returns an answer whose `<tool_call>` region is not valid JSON
   (a weak model's malformed or truncated call) as plain content instead of a 500. Behaviour of transformers serve that matters here (5.23, read from its source):
   it parses Qwen `<tool_call>` output into OpenAI `tool_calls`; `max_tokens` becomes
-  `max_new_tokens`; `temperature: 0` means greedy; `tool_choice` is ignored (logged, not
+  `max_new_tokens`; `temperature: 0` means greedy (local teachers send 0); `tool_choice` is ignored (logged, not
   rejected), so local teachers do not send it; it generates one request at a time.
 - "vllm" (GPU): `vllm serve <served copy> --served-model-name <model>` with Qwen/Hermes
   tool-call parsing (`--enable-auto-tool-choice --tool-call-parser hermes`). Not run here.
@@ -423,15 +424,26 @@ def _drop_nulls(message):
 
 
 def serve_main(argv: list[str]) -> None:
-    """`transformers serve ARGV` with two fixes for chat completions (nothing else changes):
-    null-valued message fields are dropped from requests, and an answer whose `<tool_call>`
+    """`transformers serve ARGV` with three fixes for chat completions (nothing else changes):
+    null-valued message fields are dropped from requests; an answer whose `<tool_call>`
     region is not valid JSON comes back as plain text content (HTTP 200, no tool_calls)
-    instead of an HTTP 500, so a teacher's malformed call is its answer, not a server fault."""
+    instead of an HTTP 500, so a teacher's malformed call is its answer, not a server fault;
+    and a request with a temperature above 0 is sampled, as the OpenAI API means it
+    (`transformers serve` keeps the checkpoint's `do_sample`, false unless its generation
+    config says otherwise, so k samples at temperature 1.0 were k copies of the greedy answer)."""
     from transformers.cli.serving import chat_completion
     from transformers.cli.transformers import app
 
     original_handle = chat_completion.ChatCompletionHandler.handle_request
     original_parse = chat_completion.parse_assistant_message
+    original_config = chat_completion.ChatCompletionHandler._build_generation_config
+
+    def build_generation_config(self, body: dict, model_generation_config, use_cb: bool = False):
+        config = original_config(self, body, model_generation_config, use_cb=use_cb)
+        temperature = body.get("temperature")
+        if temperature is not None and float(temperature) > 0 and body.get("generation_config") is None:
+            config.do_sample = True
+        return config
 
     async def handle_request(self, body: dict, request_id: str):
         if isinstance(body.get("messages"), list):
@@ -446,6 +458,7 @@ def serve_main(argv: list[str]) -> None:
             return cleaned_content, None, None
 
     chat_completion.ChatCompletionHandler.handle_request = handle_request
+    chat_completion.ChatCompletionHandler._build_generation_config = build_generation_config
     chat_completion.parse_assistant_message = parse_assistant_message
     app(args=["serve", *argv], prog_name="transformers")
 
