@@ -263,13 +263,24 @@ def _dry_run(cfg: RunConfig, args: argparse.Namespace) -> int:
 
 # The extra each command needs: training runs need the trainer's (torch, TRL, ...); `replay` its
 # progress bar (tqdm) besides the client; `evaluate` with an endpoint and `tasks` run on the client
-# extra alone (`evaluate --model CHECKPOINT` says itself that serving needs the train extra).
+# extra alone, `evaluate --model CHECKPOINT` serves the checkpoint (torch, transformers).
 _NEEDS: dict[str | None, tuple[str, tuple[str, ...]]] = {
     "train": ("train", EXTRA_MODULES["train"]),
     "warmstart": ("train", EXTRA_MODULES["train"]),
     "ablate": ("train", EXTRA_MODULES["train"]),
     "replay": ("train", (*EXTRA_MODULES["client"], "tqdm")),
 }
+_SERVE_NEEDS = ("train", (*EXTRA_MODULES["client"], "torch", "transformers"))
+
+
+def _evaluate_model(argv: list[str]) -> str | None:
+    """The value of `evaluate`'s --model in `argv` (None when not given)."""
+    for i, arg in enumerate(argv):
+        if arg == "--model" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--model="):
+            return arg.split("=", 1)[1]
+    return None
 
 
 def _missing_extra(argv: list[str]) -> str | None:
@@ -277,7 +288,12 @@ def _missing_extra(argv: list[str]) -> str | None:
     up before the parser is built (building it imports the evaluation harness, which needs httpx)."""
     command = next((a for a in argv if not a.startswith("-")), None)  # trainer-client has no global options
     extra, modules = _NEEDS.get(command, ("client", EXTRA_MODULES["client"]))
-    return missing_extra(f"trainer-client {command}" if command else "trainer-client", extra, modules)
+    name = f"trainer-client {command}" if command else "trainer-client"
+    model = _evaluate_model(argv) if command == "evaluate" else None
+    if model is not None and not model.startswith(("http://", "https://")):
+        extra, modules = _SERVE_NEEDS  # a checkpoint directory, served by the command itself
+        name = "trainer-client evaluate --model CHECKPOINT"
+    return missing_extra(name, extra, modules)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -278,6 +278,8 @@ CLIENT_ONLY = [
     ("trainer-client train --config c.yaml --env-url http://127.0.0.1:8000", 1,
      ("trainer-client train needs the 'train' extra: ", 'pip install -e ".[train]"', "torch")),
     ("trainer-client warmstart --help", 1, ("trainer-client warmstart needs the 'train' extra", "torch")),
+    ("trainer-client evaluate --model . --env-url http://127.0.0.1:8000 --tasks t.jsonl --out o", 1,
+     ("trainer-client evaluate --model CHECKPOINT needs the 'train' extra: ", 'pip install -e ".[train]"', "torch")),
     ("trainer-client replay --env-url http://127.0.0.1:8000 --episode e --teachers t.yaml --out p.jsonl", 1,
      ("trainer-client replay needs the 'train' extra", "(missing: tqdm)")),
     ("task-factory validate tasks.jsonl --backend docker", 1,

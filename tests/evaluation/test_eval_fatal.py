@@ -120,3 +120,25 @@ def test_dead_env_url_is_refused_clearly(gold_tasks_file: Path, tmp_path: Path):
     err = one_line_error(proc)
     assert "no live env replica" in err and dead.split("//")[1] in err, err
     assert requests == 0
+
+
+def test_serving_a_checkpoint_without_the_train_extra_names_it(monkeypatch, capsys, tmp_path: Path):
+    """`evaluate --model DIR` serves the checkpoint (torch, transformers): in an install without the
+    train extra it ends with the one line naming that extra, before anything runs; an endpoint
+    `--model` needs only the client extra."""
+    import importlib.util
+
+    from trainer_client import cli
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    (tmp_path / "ckpt").mkdir()
+    common = ["--env-url", f"http://127.0.0.1:{free_port()}", "--tasks", str(tmp_path / "t.jsonl"),
+              "--out", str(tmp_path / "out")]
+    assert cli.main(["evaluate", "--model", str(tmp_path / "ckpt"), *common]) == 1
+    assert capsys.readouterr().err == ("trainer-client evaluate --model CHECKPOINT needs the 'train' extra: "
+                                       "pip install -e \".[train]\" (missing: torch)\n")
+    assert cli.main(["evaluate", f"--model={tmp_path / 'ckpt'}", *common]) == 1
+    assert "needs the 'train' extra" in capsys.readouterr().err
+    assert cli._missing_extra(["evaluate", "--model", "http://127.0.0.1:1/v1", *common]) is None
+    assert not (tmp_path / "out").exists()
