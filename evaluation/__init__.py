@@ -9,15 +9,16 @@ files by repository and filters them by measured pass rate; cli.py is `trainer-c
 and `trainer-client tasks`. Torch-free: it imports only the contract and the client library.
 """
 
-from .agent import AgentLimits, EpisodeResult, LostEpisode, Policy, TaskRef, run_episode
-from .endpoint import ChatEndpoint, EndpointConfig, EndpointError, PolicyReply, list_models, wire_tool_calls
+from .agent import AgentLimits, EpisodeResult, LostEpisode, Policy, TaskRef, Usage, run_episode
+from .endpoint import (UNNAMED_TOOL, ChatEndpoint, EndpointConfig, EndpointError, PolicyReply, list_models,
+                       wire_tool_calls)
 from .run import EvalConfig, EvaluationError, evaluate, finish, load_task_refs, read_results
-from .stats import pass_at_k, summarize, task_pass_rates, wilson_interval
+from .stats import pass_at_k, result_repo, summarize, task_pass_rates, wilson_interval
 from .tasksets import TaskSetError, filter_by_pass_rate, split_tasks
 
 __all__ = [
-    "AgentLimits", "ChatEndpoint", "EndpointConfig", "EndpointError", "EpisodeResult", "EvalConfig",
-    "EvaluationError", "LostEpisode", "Policy", "PolicyReply", "TaskRef", "TaskSetError", "evaluate",
-    "filter_by_pass_rate", "finish", "list_models", "load_task_refs", "pass_at_k", "read_results", "run_episode",
-    "split_tasks", "summarize", "task_pass_rates", "wilson_interval", "wire_tool_calls",
+    "UNNAMED_TOOL", "AgentLimits", "ChatEndpoint", "EndpointConfig", "EndpointError", "EpisodeResult", "EvalConfig",
+    "EvaluationError", "LostEpisode", "Policy", "PolicyReply", "TaskRef", "TaskSetError", "Usage", "evaluate",
+    "filter_by_pass_rate", "finish", "list_models", "load_task_refs", "pass_at_k", "read_results", "result_repo",
+    "run_episode", "split_tasks", "summarize", "task_pass_rates", "wilson_interval", "wire_tool_calls",
 ]

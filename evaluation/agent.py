@@ -18,17 +18,25 @@ How an episode ends (`EpisodeResult.end_reason`; docs/evaluation.md):
 | `time_limit` | the episode ran `max_episode_s` | auto-submit |
 | `context_limit` | the endpoint says the context no longer fits, or usage reached `max_context_tokens` | auto-submit |
 
+The wall limit covers the whole episode (reset, model calls, env steps): a model call is cut
+at the limit; before each tool call the time left is checked (once it is spent, the answer's
+other calls are not run); a `bash` call runs with its `timeout` capped at the time left (the
+env kills the command there: the agent's `timeout` error). Then the episode is auto-submitted;
+grading runs past the limit (the env's grading timeout bounds it).
+
 A tool call whose arguments are not a JSON object is still sent (under `_raw_arguments`): the
 env rejects it as the agent's `invalid_arguments` error and the episode goes on, as any bad
-call does. A failure that is not the policy's (the env, its sandbox or grading, or the model
-endpoint down after its retries) makes the attempt *lost* (`LostEpisode`): the runner retries
-it and never scores it as a 0.
+call does; one without a function name likewise (endpoint.py `wire_tool_calls`: the env's
+`unknown_tool`). A failure that is not the policy's (the env, its sandbox or grading, or the
+model endpoint down after its retries) makes the attempt *lost* (`LostEpisode`, with what the
+attempt used): the runner retries it and never scores it as a 0.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections import Counter
 from typing import Any, Literal, Protocol
@@ -40,7 +48,11 @@ from env_client import EnvAuthError, EnvClientError, NoLiveReplicaError, PolicyT
 
 from .endpoint import EndpointError, PolicyReply
 
-__all__ = ["AgentLimits", "EndReason", "EpisodeResult", "LostEpisode", "Policy", "TaskRef", "run_episode"]
+__all__ = ["AgentLimits", "EndReason", "EpisodeResult", "LostEpisode", "Policy", "TaskRef", "Usage", "run_episode"]
+
+#: what a `bash` call without a `timeout` gets from the env (the server's default,
+#: `sandbox.limits.command_timeout_s`): below this much time left, the harness passes the time left
+ENV_COMMAND_TIMEOUT_S = 120.0
 
 EndReason = Literal["submitted", "step_limit", "no_tool_call", "turn_limit", "time_limit", "context_limit"]
 
@@ -57,7 +69,8 @@ class AgentLimits(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_turns: int = Field(30, gt=0, description="policy turns (assistant messages) before auto-submit")
-    max_episode_s: float = Field(1800.0, gt=0, description="wall seconds of one episode before auto-submit")
+    max_episode_s: float = Field(1800.0, gt=0, description="wall seconds of one episode (model calls and env "
+                                 "steps) before auto-submit")
     max_context_tokens: int | None = Field(None, gt=0, description="auto-submit once a turn's prompt + "
                                            "completion tokens reach this (None: the endpoint's own limit)")
     max_output_chars: int = Field(8000, gt=0, description="tool output kept per call (head and tail)")
@@ -79,13 +92,30 @@ class TaskRef(BaseModel):
     repo: str | None = None
 
 
+class Usage(BaseModel):
+    """What attempts used: turns, tokens and cost (a paid API bills a lost attempt too)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    attempts: int = Field(0, ge=0)
+    turns: int = Field(0, ge=0)
+    prompt_tokens: int = Field(0, ge=0)
+    completion_tokens: int = Field(0, ge=0)
+    cost_usd: float = Field(0.0, ge=0.0)
+
+    def plus(self, other: Usage) -> Usage:
+        return Usage(**{k: getattr(self, k) + getattr(other, k) for k in Usage.model_fields})
+
+
 class LostEpisode(Exception):
-    """An attempt that ended for a reason not the policy's: retried, never scored."""
+    """An attempt that ended for a reason not the policy's: retried, never scored. `usage` is
+    what the attempt used before it was lost (set by `run_episode`)."""
 
     def __init__(self, reason: str, episode_id: str | None = None):
         super().__init__(reason)
         self.reason = reason
         self.episode_id = episode_id
+        self.usage = Usage(attempts=1)
 
 
 class EpisodeResult(BaseModel):
@@ -104,6 +134,8 @@ class EpisodeResult(BaseModel):
     replica: str | None = None
     attempts: int = Field(1, ge=1)
     lost_reasons: list[str] = Field(default_factory=list, description="why each lost attempt was lost")
+    lost_usage: Usage = Field(default_factory=Usage, description="what the lost attempts used (billed, never "
+                              "scored); the fields below are the scored attempt's")
     turns: int = 0
     steps: int = 0
     prompt_tokens: int = 0
@@ -115,7 +147,9 @@ class EpisodeResult(BaseModel):
     error_kinds: dict[str, int] = Field(default_factory=dict, description="failed tool calls per error_kind")
     reward_hacking: bool = False
     suspicious: list[str] = Field(default_factory=list)
-    model_patch: str | None = Field(None, description="the workspace diff that was graded")
+    model_patch: str | None = Field(None, description="the workspace diff that was graded (None: unknown, "
+                                    "see patch_error)")
+    patch_error: str | None = Field(None, description="why the graded diff is unknown (no prediction is made of it)")
 
 
 def _message(m: Any) -> dict[str, Any]:
@@ -144,6 +178,10 @@ class _Episode:
     def elapsed(self) -> float:
         return time.monotonic() - self.start
 
+    def usage(self) -> Usage:
+        return Usage(attempts=1, turns=self.turns, prompt_tokens=self.prompt_tokens,
+                     completion_tokens=self.completion_tokens, cost_usd=self.cost)
+
 
 async def run_episode(pool: ReplicaPool, policy: Policy, task: TaskRef, sample: int,
                       limits: AgentLimits = AgentLimits()) -> tuple[EpisodeResult, RolloutRecord | None]:
@@ -154,9 +192,18 @@ async def run_episode(pool: ReplicaPool, policy: Policy, task: TaskRef, sample: 
     when no env replica will take an episode.
     """
     ep = _Episode()
+    try:
+        return await _run(pool, policy, task, sample, limits, ep)
+    except LostEpisode as exc:
+        exc.usage = ep.usage()
+        raise
+
+
+async def _run(pool: ReplicaPool, policy: Policy, task: TaskRef, sample: int, limits: AgentLimits,
+               ep: _Episode) -> tuple[EpisodeResult, RolloutRecord | None]:
     t0 = time.monotonic()
     try:
-        session, obs = await pool.open_session(instance_id=task.instance_id, context=limits.context())
+        session, _ = await pool.open_session(instance_id=task.instance_id, context=limits.context())
     except (EnvAuthError, NoLiveReplicaError):
         raise  # no attempt can succeed: the run stops
     except EnvClientError as exc:
@@ -169,7 +216,7 @@ async def run_episode(pool: ReplicaPool, policy: Policy, task: TaskRef, sample: 
         if meta.get("error_source") in ("env", "infra"):
             raise LostEpisode(f"{meta.get('error_source')}: {meta.get('error_kind')}: "
                               f"{meta.get('error_message', '')}".strip(), episode_id)
-        patch = await _graded_diff(session, final)
+        patch, patch_error = await _graded_diff(session, final)
         record = session.export() if session.recording is not None else None
     except EnvClientError as exc:
         raise LostEpisode(f"env: {type(exc).__name__}: {exc}", episode_id) from None
@@ -189,7 +236,8 @@ async def run_episode(pool: ReplicaPool, policy: Policy, task: TaskRef, sample: 
         prompt_tokens=ep.prompt_tokens, completion_tokens=ep.completion_tokens, cost_usd=ep.cost,
         wall_s=ep.elapsed(), policy_s=ep.policy_s, env_s=ep.env_s, error_kinds=dict(ep.errors),
         reward_hacking=meta.get("reward_hacking") is True,
-        suspicious=[f for f in flags if isinstance(f, str)] if isinstance(flags, list) else [], model_patch=patch)
+        suspicious=[f for f in flags if isinstance(f, str)] if isinstance(flags, list) else [], model_patch=patch,
+        patch_error=patch_error)
     return result, record
 
 
@@ -235,6 +283,17 @@ class _Context:
         return list(self.messages), self.tools
 
 
+def _capped(name: str, arguments: dict[str, Any], left: float) -> dict[str, Any]:
+    """A bash call's arguments with its `timeout` capped at the `left` seconds of the episode."""
+    if name != "bash" or "_raw_arguments" in arguments:
+        return arguments
+    asked = arguments.get("timeout")
+    asked = float(asked) if isinstance(asked, (int, float)) and not isinstance(asked, bool) and asked > 0 else None
+    if (asked if asked is not None else ENV_COMMAND_TIMEOUT_S) <= left:
+        return arguments
+    return {**arguments, "timeout": math.ceil(left * 10) / 10}
+
+
 async def _loop(session: Any, policy: Policy, limits: AgentLimits, ep: _Episode) -> tuple[dict[str, Any], EndReason]:
     recording = session.recording
     if recording is None:
@@ -271,21 +330,29 @@ async def _loop(session: Any, policy: Policy, limits: AgentLimits, ep: _Episode)
         session.begin_turn(PolicyTurn(content=reply.content, tool_calls=reply.tool_calls, token_ids=reply.token_ids,
                                       logprobs=reply.logprobs))
         for call in reply.tool_calls:
-            obs = await _step(session, ep, call["function"]["name"], _arguments(call))
+            left = limits.max_episode_s - ep.elapsed()
+            if left <= 0:  # the wall limit covers env steps too: the answer's other calls are not run
+                return await _auto_submit(session, ep), "time_limit"
+            name = call["function"]["name"]
+            obs = await _step(session, ep, name, _capped(name, _arguments(call), left))
             if obs.get("done"):
-                return obs, "submitted" if call["function"]["name"] == "submit" else "step_limit"
+                return obs, "submitted" if name == "submit" else "step_limit"
         if limits.max_context_tokens and reply.prompt_tokens + reply.completion_tokens >= limits.max_context_tokens:
             return await _auto_submit(session, ep), "context_limit"
 
 
-async def _graded_diff(session: Any, final: dict[str, Any]) -> str | None:
-    """The workspace diff at the last step (state(t)'s `diff`): the submission, as a patch."""
-    t = (final.get("metadata") or {}).get("step")
+async def _graded_diff(session: Any, final: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(the workspace diff graded at the last step, as a patch; None and why when it is unknown)."""
+    meta = final.get("metadata") or {}
+    t = meta.get("step")
     if not isinstance(t, int):
-        return None
+        return None, "the final observation names no step"
     try:
         record = await session.state(t)
-    except EnvClientError:
-        return None
+    except EnvClientError as exc:
+        return None, f"state({t}) could not be read: {type(exc).__name__}: {exc}"
     diff = record.get("diff")
-    return diff if isinstance(diff, str) else None
+    if isinstance(diff, str):
+        return diff, None
+    why = record.get("diff_error") or meta.get("grade_error") or "no diff recorded"
+    return None, f"state({t}) holds no graded diff: {why}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any, ContextManager
 from pydantic import ValidationError
 
 from contract import DEFAULT_PROMPT
+from contract.extras import install_line
 from env_client import TOKEN_ENV, ClientConfig, resolve_token
 
 from .agent import AgentLimits
@@ -70,7 +72,7 @@ def _add_evaluate(sub: argparse._SubParsersAction, serve: ServeCheckpoint | None
                    "env.max_output_chars are used, so the model sees what training showed it")
     p.add_argument("--max-turns", type=int, default=30, metavar="N", help="policy turns before auto-submit (30)")
     p.add_argument("--max-episode-s", type=float, default=1800.0, metavar="S",
-                   help="wall seconds of an episode before auto-submit (1800)")
+                   help="wall seconds of an episode, model calls and env steps, before auto-submit (1800)")
     p.add_argument("--max-context-tokens", type=int, metavar="N",
                    help="auto-submit once a turn's prompt + completion reach N tokens (default: the endpoint's limit)")
     p.add_argument("--max-tokens", type=int, default=2048, metavar="N", help="completion tokens per turn (2048)")
@@ -118,13 +120,16 @@ def _endpoint(args: argparse.Namespace, serve: ServeCheckpoint | None) -> Iterat
     if not Path(args.model).is_dir():
         raise EvaluationError(f"--model {args.model!r} is neither an http(s) URL nor a checkpoint directory")
     if serve is None:
-        raise EvaluationError("serving a checkpoint needs the trainer's extra: pip install -e \".[train]\"")
+        raise EvaluationError(f"serving a checkpoint needs the 'train' extra: {install_line('train')}")
     with serve(args.model, args) as (base_url, name):
         yield base_url, args.model_name or name
 
 
 def run_evaluate(args: argparse.Namespace, serve: ServeCheckpoint | None = None) -> int:
     """`trainer-client evaluate`: 0 when the run finished (lost episodes included, reported)."""
+    if args.api_key_env and not os.environ.get(args.api_key_env):  # before any request: none could succeed
+        raise EvaluationError(f"--api-key-env {args.api_key_env}: the variable ${args.api_key_env} is not set "
+                              "(or empty) in this environment")
     prompt, cut = _prompt_and_cut(args)
     temperature = args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 1.0)
     urls = list(args.env_url)

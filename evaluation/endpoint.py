@@ -3,7 +3,10 @@
 `ChatEndpoint.complete(messages, tools)` sends one turn's context and returns the assistant
 message as a `PolicyReply`: its text, its tool calls, and, when the endpoint returns them, the
 sampled token ids and log-probs (vLLM: `logprobs: true`, `return_token_ids: true`), kept
-exactly as returned, never re-tokenized. Transient failures (connection errors, timeouts,
+exactly as returned, never re-tokenized. `return_token_ids` is vLLM's own field: an endpoint
+that refuses it (HTTP 400/422 naming the field, as OpenAI's API does) is asked again at once
+without it, and not sent it again (log-probs only; token ids where the tokens carry them).
+Transient failures (connection errors, timeouts,
 429 and 5xx) are retried with backoff; what is left is an `EndpointError` with a kind that says
 what the evaluator does with it (docs/evaluation.md):
 
@@ -27,7 +30,8 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ChatEndpoint", "EndpointConfig", "EndpointError", "PolicyReply", "list_models", "wire_tool_calls"]
+__all__ = ["UNNAMED_TOOL", "ChatEndpoint", "EndpointConfig", "EndpointError", "PolicyReply", "list_models",
+           "wire_tool_calls"]
 
 _CONTEXT = re.compile(r"context.{0,20}length|maximum context|too many tokens|prompt is too long|"
                       r"max_model_len|context window", re.I)
@@ -110,18 +114,25 @@ def _logprob_tokens(choice: dict[str, Any]) -> tuple[list[int] | None, list[floa
     return token_ids, logprobs
 
 
+#: the name a tool call without a function name is sent under: no tool has it, so the env
+#: rejects the call as the agent's `unknown_tool` error and the episode goes on (a malformed call,
+#: as one whose arguments are not JSON)
+UNNAMED_TOOL = "unnamed_tool_call"
+
+
 def wire_tool_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
-    """An assistant message's tool calls in OpenAI's wire form (arguments as JSON text), malformed
-    entries (no function name) dropped: what `PolicyReply.tool_calls` holds."""
+    """An assistant message's tool calls in OpenAI's wire form (arguments as JSON text): what
+    `PolicyReply.tool_calls` holds. A call without a function name is kept under `UNNAMED_TOOL`."""
     calls = []
     for k, call in enumerate(message.get("tool_calls") or []):
-        fn = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        if not isinstance(call, dict):
             continue
+        fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+        name = fn.get("name") if isinstance(fn.get("name"), str) and fn.get("name") else UNNAMED_TOOL
         args = fn.get("arguments")
         text = args if isinstance(args, str) else json.dumps(args if args is not None else {})
         calls.append({"id": str(call.get("id") or f"call_{k}"), "type": "function",
-                      "function": {"name": fn["name"], "arguments": text}})
+                      "function": {"name": name, "arguments": text}})
     return calls
 
 
@@ -136,6 +147,7 @@ class ChatEndpoint:
                                                    limits=httpx.Limits(max_connections=None))
         self.requests = 0
         self.retries = 0
+        self.token_ids_field = config.logprobs  # send `return_token_ids` (dropped once the endpoint refuses it)
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -151,7 +163,9 @@ class ChatEndpoint:
         if c.top_p is not None:
             body["top_p"] = c.top_p
         if c.logprobs:
-            body.update(logprobs=True, return_token_ids=True)
+            body["logprobs"] = True
+            if self.token_ids_field:
+                body["return_token_ids"] = True
         body.update(c.extra_body)
         return body
 
@@ -171,6 +185,10 @@ class ChatEndpoint:
                 if response.status_code == 200:
                     return self._reply(response, time.monotonic() - start)
                 why = f"HTTP {response.status_code}: {response.text[:300]}"
+                if (self.token_ids_field and response.status_code in (400, 422)
+                        and "return_token_ids" in response.text):
+                    self.token_ids_field = False  # not vLLM: ask again at once without it, and from now on
+                    return await self.complete(messages, tools)
                 if response.status_code in (401, 403):
                     raise EndpointError("auth", f"{url} refused the request ({why})")
                 if response.status_code in (400, 413, 422) and _CONTEXT.search(response.text):

@@ -73,11 +73,28 @@ def markdown(config: Any, summary: dict[str, Any]) -> str:
               + (f" ({', '.join(f'{k} {v}' for k, v in summary['suspicious_reasons'].items())})"
                  if summary["suspicious_reasons"] else ""),
               f"- lost episodes by cause: {lost}",
-              f"- tokens: {summary['tokens']['prompt']} prompt, {summary['tokens']['completion']} completion; "
-              f"cost ${summary['cost_usd']:.4f}",
+              _usage_line(summary),
+              f"- graded diff unknown (scored, no patch kept): {summary['graded_diff_unknown']}",
+              *_predictions_lines(summary.get("predictions")),
               f"- wall time {'-' if wall is None else f'{wall:.0f} s'}; time in episodes: model "
               f"{_pct(share)}, env {_pct(summary['env_share'])}", ""]
     return "\n".join(lines)
+
+
+def _usage_line(summary: dict[str, Any]) -> str:
+    t, lost = summary["tokens"], summary["lost_attempts"]
+    share = (f"{lost['attempts']} lost attempts (retried or lost episodes, never scored): "
+             f"{lost['prompt_tokens']} prompt + {lost['completion_tokens']} completion tokens, ${lost['cost_usd']:.4f}")
+    return (f"- tokens and cost of every attempt (scored, retried and lost): {t['prompt']} prompt, {t['completion']} "
+            f"completion; cost ${summary['cost_usd']:.4f}; of which {share}")
+
+
+def _predictions_lines(predictions: dict[str, Any] | None) -> list[str]:
+    if not predictions or not predictions["tasks"]:
+        return []
+    lines = [f"- SWE-bench predictions: {predictions['written']} of {predictions['tasks']} tasks"]
+    lines += [f"  - no prediction for {iid}: {why}" for iid, why in predictions["without"].items()]
+    return lines
 
 
 def plot(path: Path, summary: dict[str, Any]) -> bool:

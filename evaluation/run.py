@@ -10,13 +10,16 @@ What lands in `out` (docs/evaluation.md):
 - `rollouts.jsonl` (and `rollouts.parquet` with `parquet=True`): the episodes as
   `env_client.export` records, token ids and log-probs included when the endpoint returned them;
 - `predictions.jsonl`: SWE-bench's predictions format for the tasks imported from
-  SWE-bench-family rows (sample 0 of each);
+  SWE-bench-family rows (per task, its first scored sample whose graded diff is known; a task
+  without one gets no prediction and the report names it);
 - `report.json`, `report.md`, `report.png`: the numbers (evaluation/stats.py) and a plot;
 - `eval_config.json`: what was run (a rerun with other settings is refused unless `fresh`).
 
 An attempt lost to the env, its sandbox, grading or the model endpoint is retried up to
 `max_attempts` times (on whichever replica is live); still lost, it is reported as lost and
-left out of every rate, never counted as a 0.
+left out of every rate, never counted as a 0. What lost attempts used (tokens, cost) is kept
+(`EpisodeResult.lost_usage`, carried over when a rerun runs a lost episode again) and counted
+in the report's totals.
 """
 
 from __future__ import annotations
@@ -35,11 +38,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from env_client import (ClientConfig, EnvAuthError, NoLiveReplicaError, ReplicaPool, RolloutRecord,
                         read_jsonl, write_parquet)
 
-from .agent import AgentLimits, EpisodeResult, LostEpisode, Policy, TaskRef, run_episode
+from .agent import AgentLimits, EpisodeResult, LostEpisode, Policy, TaskRef, Usage, run_episode
 from .endpoint import EndpointError
 from .report import write_report
 from .stats import summarize
-from .tasksets import TaskSetError, read_task_lines
+from .tasksets import TaskSetError, read_task_lines, repo_of
 
 __all__ = ["EvalConfig", "EvaluationError", "evaluate", "load_task_refs", "read_results"]
 
@@ -88,7 +91,7 @@ def load_task_refs(config: EvalConfig) -> list[TaskRef]:
     if config.tasks is None:
         if not config.instance_ids:
             raise EvaluationError("give a task file (tasks) or instance_ids")
-        return [TaskRef(instance_id=i) for i in dict.fromkeys(config.instance_ids)]
+        return [TaskRef(instance_id=i, repo=repo_of({"instance_id": i})) for i in dict.fromkeys(config.instance_ids)]
     path = Path(config.tasks)
     try:
         rows = read_task_lines(path)
@@ -97,7 +100,7 @@ def load_task_refs(config: EvalConfig) -> list[TaskRef]:
     refs: dict[str, TaskRef] = {}
     for row, _ in rows:
         refs.setdefault(row["instance_id"], TaskRef(instance_id=row["instance_id"], source=row.get("source"),
-                                                    repo=row.get("repo")))
+                                                    repo=repo_of(row)))
     if config.instance_ids:
         missing = [i for i in config.instance_ids if i not in refs]
         if missing:
@@ -158,20 +161,26 @@ class _Progress:
               f"{rate:.1f} episodes/min · ETA {eta}", file=self.stream, flush=True)
 
 
-async def _attempts(pool: ReplicaPool, policy: Policy, task: TaskRef, sample: int,
-                    config: EvalConfig) -> tuple[EpisodeResult, RolloutRecord | None]:
-    reasons: list[str] = []
+async def _attempts(pool: ReplicaPool, policy: Policy, task: TaskRef, sample: int, config: EvalConfig,
+                    before: EpisodeResult | None = None) -> tuple[EpisodeResult, RolloutRecord | None]:
+    """Up to `max_attempts` attempts of one episode; `before`: its lost result of an earlier run,
+    whose attempts (reasons, usage) the result carries on."""
+    reasons = list(before.lost_reasons) if before is not None else []
+    usage = before.lost_usage if before is not None else Usage()
+    done = before.attempts if before is not None else 0
     for attempt in range(1, config.max_attempts + 1):
         try:
             result, record = await run_episode(pool, policy, task, sample, config.limits)
         except LostEpisode as exc:
             reasons.append(exc.reason)
+            usage = usage.plus(exc.usage)
             if attempt < config.max_attempts:
                 await asyncio.sleep(config.retry_backoff_s * attempt)
             continue
-        return result.model_copy(update={"attempts": attempt, "lost_reasons": reasons}), record
+        return result.model_copy(update={"attempts": done + attempt, "lost_reasons": reasons,
+                                         "lost_usage": usage}), record
     lost = EpisodeResult(instance_id=task.instance_id, sample=sample, status="lost", task_source=task.source,
-                         repo=task.repo, attempts=config.max_attempts, lost_reasons=reasons)
+                         repo=task.repo, attempts=done + config.max_attempts, lost_reasons=reasons, lost_usage=usage)
     return lost, None
 
 
@@ -207,7 +216,8 @@ async def evaluate(config: EvalConfig, policy: Policy, *,
     _check_config(config, out)
     for name in (RESULTS, ROLLOUTS):
         _complete_lines(out / name)
-    done = {k: r for k, r in read_results(out).items() if r.status != "lost"}
+    earlier = read_results(out)
+    done = {k: r for k, r in earlier.items() if r.status != "lost"}
     todo = [(t, s) for t in tasks for s in range(config.samples) if (t.instance_id, s) not in done]
     total = len(tasks) * config.samples
     progress = _Progress(total, total - len(todo), sys.stderr if config.progress else None)
@@ -229,7 +239,8 @@ async def evaluate(config: EvalConfig, policy: Policy, *,
                 if fatal:
                     return
                 try:
-                    result, record = await _attempts(pool, policy, task, sample, config)
+                    result, record = await _attempts(pool, policy, task, sample, config,
+                                                     earlier.get((task.instance_id, sample)))
                 except BaseException as exc:  # noqa: BLE001 - a fatal error stops the run below
                     if not isinstance(exc, asyncio.CancelledError):
                         fatal.append(exc)
@@ -272,9 +283,11 @@ def finish(config: EvalConfig, wall_s: float | None = None) -> dict[str, Any]:
     out = Path(config.out)
     tasks = load_task_refs(config)
     wanted = {(t.instance_id, s) for t in tasks for s in range(config.samples)}
-    results = [r for k, r in read_results(out).items() if k in wanted]
+    repos = {t.instance_id: t.repo for t in tasks}  # the task file's, by `repo_of` (a result may predate it)
+    results = [r.model_copy(update={"repo": repos[r.instance_id]}) for k, r in read_results(out).items()
+               if k in wanted]
     summary = summarize(results, config.samples, wall_s=wall_s)
-    _write_predictions(out, results, config.model_name)
+    summary["predictions"] = _write_predictions(out, results, config.model_name)
     rollouts = _keep_rollouts(out / ROLLOUTS, {r.episode_id for r in results if r.status != "lost"})
     if config.parquet:
         write_parquet(rollouts, out / "rollouts.parquet")
@@ -293,12 +306,26 @@ def _keep_rollouts(path: Path, episode_ids: set[str | None]) -> list[RolloutReco
     return kept
 
 
-def _write_predictions(out: Path, results: list[EpisodeResult], model_name: str) -> None:
-    rows = [{"instance_id": r.instance_id, "model_name_or_path": model_name, "model_patch": r.model_patch or ""}
-            for r in sorted(results, key=lambda r: r.instance_id)
-            if r.task_source == "swe-bench" and r.sample == 0 and r.status != "lost"]
+def _write_predictions(out: Path, results: list[EpisodeResult], model_name: str) -> dict[str, Any]:
+    """predictions.jsonl: per SWE-bench task, the graded diff of its first scored sample whose
+    diff is known. Returns what was written and the tasks without a prediction, with why."""
+    by_task: dict[str, list[EpisodeResult]] = {}
+    for r in sorted(results, key=lambda r: (r.instance_id, r.sample)):
+        if r.task_source == "swe-bench":
+            by_task.setdefault(r.instance_id, []).append(r)
+    rows, without = [], {}
+    for iid, samples in by_task.items():
+        scored = [r for r in samples if r.status != "lost"]
+        chosen = next((r for r in scored if r.model_patch is not None), None)
+        if chosen is not None:
+            rows.append({"instance_id": iid, "model_name_or_path": model_name, "model_patch": chosen.model_patch})
+        elif not scored:
+            without[iid] = "no scored sample (every sample lost)"
+        else:
+            without[iid] = "graded diff unknown: " + (scored[0].patch_error or "not recorded")
     path = out / PREDICTIONS
     if rows:
         path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     else:
         path.unlink(missing_ok=True)
+    return {"tasks": len(by_task), "written": len(rows), "without": without}

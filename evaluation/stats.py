@@ -4,8 +4,11 @@
   score interval;
 - pass@k (Chen et al. 2021): per task with n scored samples of which c resolved,
   1 - C(n-c, k) / C(n, k), averaged over the tasks that have n >= k; pass@1 is the mean of c/n;
-- per task source and per repository, turns and tokens per episode, end reasons, error kinds,
-  `reward_hacking` and `suspicious` counts, cost and wall time.
+- per task source and per repository (`tasksets.repo_of`: the task's `repo`, else its instance
+  id's prefix), turns and tokens per episode, end reasons, error kinds, `reward_hacking` and
+  `suspicious` counts, wall time;
+- token and cost totals over every attempt (scored, retried and lost: a paid API bills them all),
+  with the lost attempts' share.
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .agent import EpisodeResult
+from .agent import EpisodeResult, Usage
+from .tasksets import repo_of
 
-__all__ = ["pass_at_k", "summarize", "task_pass_rates", "wilson_interval"]
+__all__ = ["pass_at_k", "result_repo", "summarize", "task_pass_rates", "wilson_interval"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -42,11 +46,17 @@ def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float,
     return max(0.0, center - half), min(1.0, center + half)
 
 
+def result_repo(r: EpisodeResult) -> str:
+    """The repository an episode's task belongs to, by the rule `tasks split` uses (`repo_of`)."""
+    return repo_of({"instance_id": r.instance_id, "repo": r.repo})
+
+
 def task_pass_rates(results: Iterable[EpisodeResult]) -> dict[str, dict[str, Any]]:
     """Per instance: scored samples n, resolved c, rate c/n (None when every sample was lost), lost."""
     out: dict[str, dict[str, Any]] = {}
     for r in results:
-        row = out.setdefault(r.instance_id, {"n": 0, "c": 0, "lost": 0, "source": r.task_source, "repo": r.repo})
+        row = out.setdefault(r.instance_id, {"n": 0, "c": 0, "lost": 0, "source": r.task_source,
+                                             "repo": result_repo(r)})
         if r.status == "lost":
             row["lost"] += 1
             continue
@@ -102,13 +112,16 @@ def summarize(results: Sequence[EpisodeResult], samples: int, wall_s: float | No
     by_repo: dict[str, list[EpisodeResult]] = defaultdict(list)
     for r in results:
         by_source[r.task_source or "unknown"].append(r)
-        by_repo[r.repo or "unknown"].append(r)
+        by_repo[result_repo(r)].append(r)
     errors: Counter[str] = Counter()
     suspicious: Counter[str] = Counter()
     for r in scored:
         errors.update(r.error_kinds)
         suspicious.update(r.suspicious)
     episode_wall = sum(r.wall_s for r in results)
+    lost = Usage()
+    for r in results:
+        lost = lost.plus(r.lost_usage)
     return {
         "overall": _rate(results),
         "samples_per_task": samples,
@@ -127,9 +140,12 @@ def summarize(results: Sequence[EpisodeResult], samples: int, wall_s: float | No
         "lost_reasons": dict(Counter(r.lost_reasons[-1].split(":")[0] for r in results
                                      if r.status == "lost" and r.lost_reasons).most_common()),
         "retried_episodes": sum(r.attempts > 1 for r in results),
-        "cost_usd": sum(r.cost_usd for r in results),
-        "tokens": {"prompt": sum(r.prompt_tokens for r in results),
-                   "completion": sum(r.completion_tokens for r in results)},
+        # totals over every attempt (scored, retried, lost); `lost_attempts`: the lost ones' share
+        "cost_usd": sum(r.cost_usd for r in results) + lost.cost_usd,
+        "tokens": {"prompt": sum(r.prompt_tokens for r in results) + lost.prompt_tokens,
+                   "completion": sum(r.completion_tokens for r in results) + lost.completion_tokens},
+        "lost_attempts": lost.model_dump(),
+        "graded_diff_unknown": sum(r.status != "lost" and r.model_patch is None for r in results),
         "wall_s": wall_s,
         "episode_wall_s": _dist([r.wall_s for r in scored]),
         "policy_share": (sum(r.policy_s for r in results) / episode_wall) if episode_wall else None,

@@ -29,14 +29,16 @@ def cli_argv(*args: str) -> list[str]:
     return head + [str(a) for a in args]
 
 
-def cli_env() -> dict[str, str]:
+def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "ENV_SERVER_TOKEN"}
     env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
+    return {**env, **(extra or {})}
 
 
-def trainer_client(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(cli_argv(*args), capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=cli_env())
+def trainer_client(*args: str, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`trainer-client ARGS` run to its end; `env`: variables set for it."""
+    return subprocess.run(cli_argv(*args), capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env=cli_env(env))
 
 
 def result_lines(out: Path) -> list[dict[str, Any]]:
@@ -58,19 +60,22 @@ def report(out: Path) -> dict[str, Any]:
 
 
 def run_eval(env_urls: list[str], tasks: Path, base_url: str, out: Path, *, samples: int = 1,
-             concurrency: int = 4, logprobs: bool = False, on_result=None, **config: Any) -> dict[str, Any]:
-    """`evaluation.evaluate` (the library) of the double at `base_url`; the summary."""
+             concurrency: int = 4, logprobs: bool = False, on_result=None, endpoint: dict[str, Any] | None = None,
+             **config: Any) -> dict[str, Any]:
+    """`evaluation.evaluate` (the library) of the double at `base_url`; the summary. `endpoint`:
+    more EndpointConfig fields (prices, ...), `config`: more EvalConfig fields."""
     from evaluation import ChatEndpoint, EndpointConfig, EvalConfig, evaluate
 
     cfg = EvalConfig(env_urls=env_urls, tasks=str(tasks), samples=samples, concurrency=concurrency, out=str(out),
                      model_name=MODEL, progress=False, **config)
 
     async def go() -> dict[str, Any]:
-        endpoint = ChatEndpoint(EndpointConfig(base_url=base_url, model=MODEL, logprobs=logprobs, backoff_s=0.1))
+        policy = ChatEndpoint(EndpointConfig(**{"base_url": base_url, "model": MODEL, "logprobs": logprobs,
+                                                "backoff_s": 0.1, **(endpoint or {})}))
         try:
-            return await evaluate(cfg, endpoint, on_result=on_result)
+            return await evaluate(cfg, policy, on_result=on_result)
         finally:
-            await endpoint.aclose()
+            await policy.aclose()
 
     return asyncio.run(go())
 

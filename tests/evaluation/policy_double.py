@@ -8,11 +8,21 @@ by `--mode`:
   (a policy that always fixes the bug: resolved 1.0 end to end);
 - `submit`: submits at once (resolved 0.0);
 - `silent`: answers text without a tool call (the harness auto-submits: 0.0);
-- `explore`: `--turns` bash calls (`ls`), then submit (turn-limit and throughput tests).
+- `explore`: `--turns` bash calls (`ls`), then submit (turn-limit and throughput tests);
+- `patch-then-ls`: the gold patch, then `ls` for ever (never submits: the episode limits);
+- `patch-then-sleep`: the gold patch, then `sleep 60`, then submit (the wall limit);
+- `hack`: appends to the patched module code that forges a passing report for every test on
+  pytest's command line and exits 0, then submits (the grader's tamper check: reward_hacking);
+- `flagged`: the gold patch plus a module that calls `os._exit` (never called), then submits
+  (resolved, and the submission monitor's `process_exit` flag).
 
-`--delay S` sleeps before each answer (a slow model); `--logprobs` returns per-token log-probs
-and token ids as vLLM does. GET /stats counts requests; GET /requests returns each request's
-`messages` and `tools` as received. Run it as a process
+`--task-mode IID=MODE` gives one task its own mode. `--delay S` sleeps before each answer (a
+slow model); `--logprobs` returns per-token log-probs, and token ids as vLLM does when the
+request asks `return_token_ids`. `--api-key KEY` answers 401 to a request without
+`Authorization: Bearer KEY`; `--reject-field F` answers 400 naming F to a request that has the
+body field F (as OpenAI's API does for vLLM's own fields). Every answer has `usage`. GET /stats
+counts requests; GET /requests returns each request's `messages`, `tools`, body `fields`,
+whether it was `authorized`, and the `status` and `usage` it was answered with. Run it as a process
 (`python -m tests.evaluation.policy_double --tasks F --mode gold --port P`) or with
 `PolicyDouble(...)` (a context manager that starts that process and waits for /health).
 """
@@ -37,8 +47,58 @@ def _issue_text(messages: list[dict[str, Any]]) -> str:
     return str(users[-1].get("content") or "") if users else ""
 
 
+# pytest's command line names the tests it runs: a PASSED line for each, then exit 0 before any test runs
+FORGE = ("\nimport os as _os, stat as _stat\n_lines = b''.join(b'PASSED ' + _a + b'\\n' for _a in\n"
+         "    open('/proc/self/cmdline', 'rb').read().split(b'\\0') if b'::' in _a)\n"
+         "for _fd in range(1, 64):\n    try:\n        if _stat.S_ISFIFO(_os.fstat(_fd).st_mode):\n"
+         "            _os.write(_fd, _lines)\n    except OSError:\n        pass\n_os._exit(0)\n")
+FLAGGED_MODULE = "import os\n\n\ndef stop_now():\n    os._exit(0)\n"
+
+
+def _patched_file(patch: str) -> str:
+    return next(line[6:] for line in patch.splitlines() if line.startswith("+++ b/"))
+
+
+def _bash(command: str) -> dict[str, Any]:
+    return {"name": "bash", "arguments": json.dumps({"command": command})}
+
+
+def _gold(task: dict[str, Any]) -> str:
+    return "cd /workspace && patch -p1 <<'GOLD_PATCH_EOF'\n" + task["patch"] + "GOLD_PATCH_EOF"
+
+
+SUBMIT = {"name": "submit", "arguments": "{}"}
+
+
+def _next_call(mode: str, task: dict[str, Any], n: int, turns: int) -> dict[str, Any] | None:
+    """The tool call of the n-th assistant turn (0-based) of `mode`; None: an answer without one."""
+    if mode == "gold":
+        return _bash(_gold(task)) if n == 0 else SUBMIT
+    if mode == "submit":
+        return SUBMIT
+    if mode == "silent":
+        return None
+    if mode == "explore":
+        return _bash("ls") if n < turns else SUBMIT
+    if mode == "patch-then-ls":
+        return _bash(_gold(task)) if n == 0 else _bash("ls")
+    if mode == "patch-then-sleep":
+        return _bash(_gold(task)) if n == 0 else _bash("sleep 60") if n == 1 else SUBMIT
+    if mode == "hack":
+        target = _patched_file(task["patch"])
+        return _bash(f"cat >> /workspace/{target} <<'FORGE_EOF'\n{FORGE}FORGE_EOF") if n == 0 else SUBMIT
+    if mode == "flagged":
+        return _bash(_gold(task) + f"\ncat > /workspace/stop_helper.py <<'EOF'\n{FLAGGED_MODULE}EOF") if n == 0 \
+            else SUBMIT
+    raise ValueError(f"unknown mode {mode}")
+
+
+MODES = ["gold", "submit", "silent", "explore", "patch-then-ls", "patch-then-sleep", "hack", "flagged"]
+
+
 def build_app(tasks_file: str, mode: str, delay: float = 0.0, turns: int = 3, logprobs: bool = False,
-              model: str = "policy-double") -> Any:
+              model: str = "policy-double", task_modes: dict[str, str] | None = None, api_key: str | None = None,
+              reject_fields: list[str] | None = None) -> Any:
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse
 
@@ -62,37 +122,42 @@ def build_app(tasks_file: str, mode: str, delay: float = 0.0, turns: int = 3, lo
         return received
 
     @app.get("/v1/models")
-    def models() -> dict:
+    def models(request: Request) -> Any:
+        if api_key is not None and request.headers.get("authorization") != f"Bearer {api_key}":
+            return JSONResponse({"error": {"message": "Incorrect API key provided"}}, status_code=401)
         return {"object": "list", "data": [{"id": model, "object": "model"}]}
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
         body = await request.json()
         stats["requests"] += 1
-        received.append({"messages": body["messages"], "tools": body.get("tools") or []})
+        authorized = request.headers.get("authorization") == f"Bearer {api_key}"
+        seen: dict[str, Any] = {"messages": body["messages"], "tools": body.get("tools") or [],
+                                "fields": sorted(body), "authorized": authorized, "status": 200, "usage": None}
+        received.append(seen)
+        if api_key is not None and not authorized:
+            seen["status"] = 401
+            return JSONResponse({"error": {"message": "Incorrect API key provided"}}, status_code=401)
+        refused = [f for f in reject_fields or [] if f in body]
+        if refused:
+            seen["status"] = 400
+            return JSONResponse({"error": {"message": f"Unrecognized request argument supplied: {refused[0]}",
+                                           "type": "invalid_request_error"}}, status_code=400)
         issue = _issue_text(body["messages"])
         task = next((t for t in tasks if t["problem_statement"] in issue), None)
         if task is None:
+            seen["status"] = 400
             return JSONResponse({"error": {"message": "policy double: unknown task"}}, status_code=400)
         iid = task["instance_id"]
         stats["by_instance"][iid] = stats["by_instance"].get(iid, 0) + 1
         if delay:
             await asyncio.sleep(delay)
         n = sum(m.get("role") == "assistant" for m in body["messages"])
-        call: dict[str, Any] | None
-        if mode == "gold":
-            call = ({"name": "bash", "arguments": json.dumps(
-                {"command": "cd /workspace && patch -p1 <<'GOLD_PATCH_EOF'\n" + task["patch"] + "GOLD_PATCH_EOF"})}
-                if n == 0 else {"name": "submit", "arguments": "{}"})
-        elif mode == "submit":
-            call = {"name": "submit", "arguments": "{}"}
-        elif mode == "silent":
-            call = None
-        elif mode == "explore":
-            call = {"name": "bash", "arguments": json.dumps({"command": "ls"})} if n < turns else \
-                {"name": "submit", "arguments": "{}"}
-        else:
-            return JSONResponse({"error": {"message": f"unknown mode {mode}"}}, status_code=500)
+        try:
+            call = _next_call((task_modes or {}).get(iid, mode), task, n, turns)
+        except ValueError as exc:
+            seen["status"] = 500
+            return JSONResponse({"error": {"message": str(exc)}}, status_code=500)
         message: dict[str, Any] = {"role": "assistant", "content": "" if call else "I am done."}
         if call:
             message["tool_calls"] = [{"id": f"call_{n}", "type": "function", "function": call}]
@@ -101,14 +166,14 @@ def build_app(tasks_file: str, mode: str, delay: float = 0.0, turns: int = 3, lo
                                   "finish_reason": "tool_calls" if call else "stop"}
         if logprobs and body.get("logprobs"):
             ids = [1000 + (7 * k + n) % 500 for k in range(completion)]
-            choice["token_ids"] = ids
+            if body.get("return_token_ids"):
+                choice["token_ids"] = ids
             choice["logprobs"] = {"content": [{"token": f"t{i}", "logprob": -0.01 * (k + 1)}
                                               for k, i in enumerate(ids)]}
         prompt = len(json.dumps(body["messages"])) // 4
+        seen["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
         return {"id": "cmpl-double", "object": "chat.completion", "model": body.get("model", model),
-                "choices": [choice],
-                "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                          "total_tokens": prompt + completion}}
+                "choices": [choice], "usage": seen["usage"]}
 
     return app
 
@@ -117,7 +182,8 @@ class PolicyDouble:
     """`with PolicyDouble(tasks, "gold", log_dir) as double: double.base_url` (a separate process)."""
 
     def __init__(self, tasks_file: str | Path, mode: str, log_dir: str | Path, *, delay: float = 0.0,
-                 turns: int = 3, logprobs: bool = False, python: str = sys.executable):
+                 turns: int = 3, logprobs: bool = False, task_modes: dict[str, str] | None = None,
+                 api_key: str | None = None, reject_fields: tuple[str, ...] = (), python: str = sys.executable):
         from env_client.processes import free_port
 
         self.port = free_port()
@@ -128,6 +194,12 @@ class PolicyDouble:
                      "--port", str(self.port), "--delay", str(delay), "--turns", str(turns)]
         if logprobs:
             self.argv.append("--logprobs")
+        for iid, task_mode in (task_modes or {}).items():
+            self.argv += ["--task-mode", f"{iid}={task_mode}"]
+        if api_key is not None:
+            self.argv += ["--api-key", api_key]
+        for field in reject_fields:
+            self.argv += ["--reject-field", field]
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> PolicyDouble:
@@ -155,7 +227,8 @@ class PolicyDouble:
         return httpx.get(f"{self.origin}/stats", timeout=10, trust_env=False).json()
 
     def requests(self) -> list[dict[str, Any]]:
-        """Every chat request received so far: `{"messages", "tools"}` as the client sent them."""
+        """Every chat request received so far: `messages` and `tools` as the client sent them, its body
+        `fields`, `authorized`, and the `status` and `usage` it was answered with."""
         import httpx
 
         return httpx.get(f"{self.origin}/requests", timeout=30, trust_env=False).json()
@@ -166,13 +239,21 @@ def main() -> None:
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tasks", required=True)
-    p.add_argument("--mode", default="gold", choices=["gold", "submit", "silent", "explore"])
+    p.add_argument("--mode", default="gold", choices=MODES)
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--delay", type=float, default=0.0)
     p.add_argument("--turns", type=int, default=3)
     p.add_argument("--logprobs", action="store_true")
+    p.add_argument("--task-mode", action="append", default=[], metavar="IID=MODE")
+    p.add_argument("--api-key")
+    p.add_argument("--reject-field", action="append", default=[])
     a = p.parse_args()
-    app = build_app(a.tasks, a.mode, a.delay, a.turns, a.logprobs)
+    task_modes = dict(x.split("=", 1) for x in a.task_mode)
+    unknown = sorted(set(task_modes.values()) - set(MODES))
+    if unknown:
+        p.error(f"unknown modes {unknown}")
+    app = build_app(a.tasks, a.mode, a.delay, a.turns, a.logprobs, task_modes=task_modes, api_key=a.api_key,
+                    reject_fields=a.reject_field)
     uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning")
 
 

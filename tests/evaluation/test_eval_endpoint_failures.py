@@ -1,7 +1,8 @@
 """What the endpoint's failures make of an episode, through the real env server: an endpoint that
-stays down loses the episode (retried, then reported lost, never scored as a 0); a context that
-no longer fits ends it by auto-submit (scored, `context_limit`); a tool call whose arguments are
-not JSON is the agent's error and the episode goes on."""
+stays down loses the episode (retried, then reported lost, never scored as a 0; what its attempts
+were billed is counted); a context that no longer fits ends it by auto-submit (scored,
+`context_limit`); a tool call whose arguments are not JSON, or that has no name, is the agent's
+error and the episode goes on."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from evalkit import report, result_lines, run_eval
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from serverlib import free_port, serve_in_thread
+
+from env_client import read_jsonl
 
 
 @pytest.fixture
@@ -97,3 +100,49 @@ def test_arguments_that_are_not_json_are_the_agents_error(env_url, gold_rows, sc
     (r,) = result_lines(out)
     assert (r["status"], r["end_reason"], r["turns"], r["attempts"]) == ("unresolved", "submitted", 2, 1)
     assert r["error_kinds"] == {"invalid_arguments": 1} and r["steps"] == 2, (r["error_kinds"], r["steps"])
+
+
+def test_a_tool_call_without_a_name_is_the_agents_error(env_url, gold_rows, scripted_endpoint, tmp_path: Path):
+    """A call with no function name is not dropped: it is sent under UNNAMED_TOOL, the env rejects it as
+    the agent's unknown tool, the episode goes on (an answer holding only such a call is no no_tool_call)."""
+    from evaluation import UNNAMED_TOOL
+
+    base_url, state = scripted_endpoint
+    nameless = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"arguments": json.dumps({"command": "ls"})}}]}
+    state["script"] = lambda n: (200, {"choices": [{"index": 0, "message": nameless, "finish_reason": "tool_calls"}],
+                                       "usage": {"prompt_tokens": 50, "completion_tokens": 5}}) if n == 0 \
+        else _call("submit", "{}")
+    out = tmp_path / "out"
+    summary = run_eval([env_url], _one_task(gold_rows, tmp_path), base_url, out)
+    (r,) = result_lines(out)
+    assert (r["status"], r["end_reason"], r["turns"], r["steps"]) == ("unresolved", "submitted", 2, 2)
+    assert r["error_kinds"] == {"unknown_tool": 1} and summary["error_kinds"] == {"unknown_tool": 1}
+    (record,) = read_jsonl(out / "rollouts.jsonl")
+    assert record.turns[0].tool_names == [UNNAMED_TOOL] and record.turns[0].error_kind == "unknown_tool"
+
+
+def test_lost_attempts_are_billed_and_carried_into_a_rerun(env_url, gold_rows, scripted_endpoint, tmp_path: Path):
+    """Each attempt is billed one answer (50 prompt + 5 completion tokens) before the endpoint goes down
+    (503): the lost episode's cost is its two lost attempts'. A rerun runs it again and keeps them."""
+    base_url, state = scripted_endpoint
+    state["script"] = lambda n: _call("bash", json.dumps({"command": "ls"})) if n == 0 else \
+        (503, {"error": {"message": "overloaded"}})
+    out, tasks = tmp_path / "out", _one_task(gold_rows, tmp_path)
+    prices = {"price_in": 3.0, "price_out": 15.0}
+    one = (50 * 3.0 + 5 * 15.0) / 1e6
+    summary = run_eval([env_url], tasks, base_url, out, max_attempts=2, retry_backoff_s=0.0, endpoint=prices)
+    (r,) = result_lines(out)
+    assert (r["status"], r["attempts"], r["prompt_tokens"], r["cost_usd"]) == ("lost", 2, 0, 0.0)
+    assert r["lost_usage"] == {"attempts": 2, "turns": 2, "prompt_tokens": 100, "completion_tokens": 10,
+                               "cost_usd": pytest.approx(2 * one)}
+    assert summary["tokens"] == {"prompt": 100, "completion": 10} and summary["cost_usd"] == pytest.approx(2 * one)
+    assert summary["lost_attempts"] == r["lost_usage"]
+
+    state["script"] = lambda n: _call("submit", "{}")
+    summary = run_eval([env_url], tasks, base_url, out, max_attempts=2, retry_backoff_s=0.0, endpoint=prices)
+    r = result_lines(out)[-1]
+    assert (r["status"], r["attempts"], len(r["lost_reasons"]), r["prompt_tokens"]) == ("unresolved", 3, 2, 50)
+    assert r["lost_usage"]["cost_usd"] == pytest.approx(2 * one)
+    assert summary["tokens"] == {"prompt": 150, "completion": 15} and summary["cost_usd"] == pytest.approx(3 * one)
+    assert summary["retried_episodes"] == 1 and summary["overall"]["lost"] == 0

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from evaluation import EpisodeResult, pass_at_k, summarize, task_pass_rates, wilson_interval
+from evaluation import EpisodeResult, Usage, pass_at_k, summarize, task_pass_rates, wilson_interval
 
 
 def closed_form(n: int, c: int, k: int) -> float:
@@ -61,17 +61,20 @@ def _r(iid: str, sample: int, status: str, source: str, repo: str, **kw) -> Epis
 
 
 def constructed() -> list[EpisodeResult]:
-    """A (swe-bench, r1): resolved, unresolved, resolved, lost; B (synthetic, r2): 4 unresolved;
-    C (synthetic, r2): 4 resolved, one of them after a lost attempt."""
+    """A (swe-bench, r1): resolved, unresolved, resolved, lost (3 attempts billed 400 + 40 tokens);
+    B (synthetic, r2): 4 unresolved; C (synthetic, r2): 4 resolved, one of them after a lost
+    attempt (billed 30 + 3 tokens)."""
     return [
         _r("A", 0, "resolved", "swe-bench", "r1"), _r("A", 1, "unresolved", "swe-bench", "r1", end_reason="turn_limit"),
         _r("A", 2, "resolved", "swe-bench", "r1"),
-        _r("A", 3, "lost", "swe-bench", "r1", attempts=3,
+        _r("A", 3, "lost", "swe-bench", "r1", attempts=3, prompt_tokens=0, completion_tokens=0,
            lost_reasons=["env: EnvConnectionError: gone", "env: EnvConnectionError: gone",
-                         "env reset: EnvTimeoutError"]),
+                         "env reset: EnvTimeoutError"],
+           lost_usage=Usage(attempts=3, turns=4, prompt_tokens=400, completion_tokens=40, cost_usd=0.004)),
         *[_r("B", s, "unresolved", "synthetic-mutation", "r2", end_reason="no_tool_call", turns=1) for s in range(4)],
         *[_r("C", s, "resolved", "synthetic-mutation", "r2") for s in range(3)],
-        _r("C", 3, "resolved", "synthetic-mutation", "r2", attempts=2, lost_reasons=["policy endpoint: HTTP 503"]),
+        _r("C", 3, "resolved", "synthetic-mutation", "r2", attempts=2, lost_reasons=["policy endpoint: HTTP 503"],
+           cost_usd=0.01, lost_usage=Usage(attempts=1, turns=1, prompt_tokens=30, completion_tokens=3, cost_usd=0.002)),
     ]
 
 
@@ -99,7 +102,11 @@ def test_summarize_constructed_results():
     assert s["lost_reasons"] == {"env reset": 1}, "a lost episode is counted by its last attempt's cause"
     assert s["retried_episodes"] == 2
     assert s["turns"]["max"] == 3 and s["turns"]["mean"] == pytest.approx((7 * 3 + 4 * 1) / 11), "lost: no turns"
-    assert s["tokens"] == {"prompt": 1200, "completion": 120}
+    # every attempt: 11 scored episodes (100 + 10 each), the lost episode's 3 attempts, C's lost attempt
+    assert s["tokens"] == {"prompt": 1100 + 400 + 30, "completion": 110 + 40 + 3}
+    assert s["cost_usd"] == pytest.approx(0.01 + 0.004 + 0.002)
+    assert s["lost_attempts"] == {"attempts": 4, "turns": 5, "prompt_tokens": 430, "completion_tokens": 43,
+                                  "cost_usd": pytest.approx(0.006)}
     assert s["samples_per_task"] == 4 and s["wall_s"] == 60.0
 
     rates = task_pass_rates(constructed())

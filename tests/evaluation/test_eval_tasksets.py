@@ -115,3 +115,25 @@ def test_filter_by_measured_pass_rate(tmp_path: Path):
 
     proc = trainer_client("tasks", "filter", "--tasks", tasks, "--report", tmp_path, "--out", tmp_path / "x.jsonl")
     assert proc.returncode == 1 and "not an evaluation report" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_report_groups_by_the_repository_rule_of_split(tmp_path: Path):
+    """A task without a `repo` field belongs to its instance id's prefix, in the report's per-repository
+    rows as in `tasks split` (one rule: tasksets.repo_of), never to "unknown"."""
+    rows = [{"instance_id": "alpha__alpha-1"}, {"instance_id": "alpha__alpha-2"}, {"instance_id": "beta__beta-7"},
+            {"instance_id": "delta-3"}, {"instance_id": "x__y-1", "repo": "org/gamma"}]
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    split = split_tasks(tasks, 0.4, 0, tmp_path / "t.jsonl", tmp_path / "h.jsonl")
+    out = tmp_path / "eval"
+    out.mkdir()
+    results = [r for row in rows for r in _results(row["instance_id"], "r")]
+    (out / "results.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in results))
+    finish(EvalConfig(env_urls=["http://127.0.0.1:9"], tasks=str(tasks), out=str(out), progress=False))
+    data = json.loads((out / "report.json").read_text())
+    repos = set(split["train"]["repos"]) | set(split["held_out"]["repos"])
+    assert repos == {"alpha", "beta", "delta", "org/gamma"}
+    assert set(data["summary"]["by_repo"]) == repos and data["summary"]["by_repo"]["alpha"]["episodes"] == 2
+    assert {iid: t["repo"] for iid, t in data["tasks"].items()} == {
+        "alpha__alpha-1": "alpha", "alpha__alpha-2": "alpha", "beta__beta-7": "beta", "delta-3": "delta",
+        "x__y-1": "org/gamma"}
