@@ -110,8 +110,9 @@ def plot(path: Path, summary: dict[str, Any]) -> bool:
     rows = {**summary["by_source"], "all": summary["overall"]}
     names = [n for n, r in rows.items() if r["resolved_rate"] is not None]
     rates = [100 * rows[n]["resolved_rate"] for n in names]
-    errs = [[r - 100 * rows[n]["ci95"][0] for n, r in zip(names, rates)],
-            [100 * rows[n]["ci95"][1] - r for n, r in zip(names, rates)]]
+    # clamped at 0: a Wilson bound of 1.0 computed as 0.9999999999999999 must not stop the plot
+    errs = [[max(0.0, r - 100 * rows[n]["ci95"][0]) for n, r in zip(names, rates)],
+            [max(0.0, 100 * rows[n]["ci95"][1] - r) for n, r in zip(names, rates)]]
     left.bar(names, rates, yerr=errs, capsize=4, color=["#4c72b0"] * (len(names) - 1) + ["#dd8452"])
     left.set_ylim(0, 100)
     left.set_ylabel("resolved (%), 95% Wilson interval")
