@@ -30,8 +30,9 @@ def test_policy_tools_are_what_trl_shows_the_policy():
 
 def test_train_evaluates_held_out_tasks_with_the_training_model(toolcaller, small_pack_file, real_env_url, tmp_path):
     """eval.tasks set: the model being trained is evaluated as an agent (its own generate + TRL's parser)
-    before the first step and after the last; eval/* land in metrics.jsonl, each evaluation's report in
-    OUT/eval/step-N/. The tool-calling tiny model's evaluated episodes are real tool calls graded by the
+    before the first step, every eval.every_steps steps and after the last (once at a step that is
+    both); eval/* land in metrics.jsonl beside that step's training metrics, each evaluation's report
+    in OUT/eval/step-N/. The tool-calling tiny model's evaluated episodes are real tool calls graded by the
     hidden tests (a policy that emitted no parsable call would end every episode with no_tool_call)."""
     from trainer_client.cli import main
 
@@ -41,21 +42,25 @@ def test_train_evaluates_held_out_tasks_with_the_training_model(toolcaller, smal
     held_out.write_text("".join(json.dumps(r) + "\n" for r in rows if r["instance_id"] == tc.FIX_INSTANCE))
     out = tmp_path / "run"
     rc = main(["train", "--config", str(ROOT / "trainer_client/configs/cpu_smoke.yaml"), "--env-url", real_env_url,
-               "--tasks", str(small_pack_file), "--output-dir", str(out), "--max-steps", "1",
+               "--tasks", str(small_pack_file), "--output-dir", str(out), "--max-steps", "2",
                "--set", f"model.name_or_path={model_dir}", "--set", f"data.prompt={json.dumps(tc.FIX_PROMPT)}",
                "--set", f"data.instance_ids=[{tc.FIX_INSTANCE}]", "--set", "data.repeat=1",
                "--set", "grpo.max_completion_length=96", "--set", "grpo.save_strategy=\"no\"",
-               "--set", f"eval.tasks={held_out}", "--set", "eval.samples=2", "--set", "eval.temperature=1.0",
+               "--set", f"eval.tasks={held_out}", "--set", "eval.every_steps=1", "--set", "eval.samples=2", "--set", "eval.temperature=1.0",
                "--set", "eval.max_turns=3", "--set", "eval.max_new_tokens=96"])
     assert rc == 0
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in records if "eval/resolved_rate" in r]
-    assert [r["step"] for r in evals] == [0, 1], evals  # the baseline and the final policy
-    for step in (0, 1):
+    # the baseline, step 1 (every_steps), step 2 (every_steps and the last: evaluated once)
+    assert [r["step"] for r in evals] == [0, 1, 2], evals
+    step_1 = next(r for r in records if r.get("step") == 1 and "loss" in r)
+    assert "eval/resolved_rate" in step_1  # beside the training metrics of its step, not a record of its own
+    for step in (0, 1, 2):
         report = json.loads((out / "eval" / f"step-{step}" / "report.json").read_text())
         o = report["summary"]["overall"]
         assert o["scored"] == 2 and o["lost"] == 0
         assert evals[step]["eval/resolved_rate"] == pytest.approx(o["resolved_rate"])
+        assert evals[step]["eval/scored"] == 2
         results = [json.loads(x) for x in (out / "eval" / f"step-{step}" / "results.jsonl").read_text().splitlines()]
         for r in results:  # the taught scripts: str_replace then submit, or submit at once
             assert r["end_reason"] == "submitted" and r["turns"] >= 1, r
