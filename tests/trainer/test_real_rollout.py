@@ -217,8 +217,11 @@ def test_hidden_test_reward_flows_into_advantages(toolcaller, real_env_cls, tmp_
 # the CPU (compact_fused_lm_head; stock TRL 1.16 projects all ~1,100 prompt+completion positions, ~22 s/step).
 # Plain SGD moves the weights along the GRPO gradient only (Adam's per-parameter normalisation moves every
 # one of the 9.8M weights by ~lr and wrecks the tiny memorising model within one step).
+# The rate sits in the middle of a measured stable range: 0.02, 0.03 and 0.04 all pass with margin (log p(FIX)
+# -0.71 -> -0.10 at 0.03); 0.05 did too until the task's statement (part of the prompt) grew a reproducer, then
+# one step threw the policy into answers without a tool call, where every reward is 0 and no gradient returns.
 LEARN_STEPS = 30
-LEARN_LR = 0.05
+LEARN_LR = 0.03
 
 
 def test_rewarded_behaviour_becomes_more_likely(toolcaller, real_env_cls, tmp_path):
