@@ -282,12 +282,19 @@ E2E_INSTANCE = "inflection__0.5.1-9e27ec92"
 
 @pytest.mark.slow
 def test_ablate_end_to_end_on_the_cpu(real_env_url, small_pack_file, tmp_path, capsys):
-    """2 arms x 2 seeds x 2 steps of real `trainer-client train` processes against the real env server."""
+    """2 arms x 2 seeds x 2 steps of real `trainer-client train` processes against the real env server,
+    each run evaluated on a held-out task (another repository's) before and after training."""
     out = tmp_path / "abl"
+    rows = [json.loads(x) for x in Path(small_pack_file).read_text().splitlines() if x.strip()]
+    held = next(r for r in rows if r["repo"] != next(q["repo"] for q in rows if q["instance_id"] == E2E_INSTANCE))
+    held_out = tmp_path / "held_out.jsonl"
+    held_out.write_text(json.dumps(held) + "\n")
     argv = ["ablate", "--config", str(CPU_SMOKE), "--env-url", real_env_url, "--tasks", str(small_pack_file),
             "--arms", "grpo,grpo+hints", "--seeds", "0,1", "--max-steps", "2", "--out", str(out),
+            "--held-out", str(held_out),
             "--set", f"data.instance_ids=[{E2E_INSTANCE}]", "--set", "grpo.max_completion_length=16",
-            "--set", "grpo.save_strategy='no'", "--set", "output.plot=false"]
+            "--set", "grpo.save_strategy='no'", "--set", "output.plot=false",
+            "--set", "eval.samples=1", "--set", "eval.max_turns=1", "--set", "eval.max_new_tokens=16"]
     assert main(argv) == 0, capsys.readouterr().out
 
     for name in ("ablation.md", "ablation.png", "arms.csv", "runs.csv", "curves.csv", "ablation.json"):
@@ -312,11 +319,22 @@ def test_ablate_end_to_end_on_the_cpu(real_env_url, small_pack_file, tmp_path, c
             steps = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
             # ... in the trainer's own loss: channel 2's weight as the trainer applied it at every step
             assert [s["channels/alpha"] for s in steps if "reward" in s] == [pytest.approx(alpha)] * 2
-        first = [next(json.loads(l) for l in (out / arm / f"seed{s}/metrics.jsonl").read_text().splitlines())
-                 for s in (0, 1)]
+        first = [next(r for r in map(json.loads, (out / arm / f"seed{s}/metrics.jsonl").read_text().splitlines())
+                      if "reward" in r) for s in (0, 1)]  # the first training step (the held-out baseline precedes it)
         assert first[0]["entropy"] != first[1]["entropy"]  # the seed reached the sampler: other rollouts
+    for arm in ("grpo", "grpo+hints"):  # the held-out task was evaluated by every run, before and after
+        for seed in (0, 1):
+            for step in (0, 2):
+                o = json.loads((out / arm / f"seed{seed}" / "eval" / f"step-{step}" / "report.json").read_text())
+                assert (o["summary"]["overall"]["scored"], o["summary"]["overall"]["lost"]) == (1, 0)
+                assert list(o["tasks"]) == [held["instance_id"]]
+    held_rates = {r["arm"]: (r["held_out_start"], r["held_out_final"]) for r in report["arms"]}
+    assert set(held_rates) == {"grpo", "grpo+hints"}, report["arms"]
+    for start, final in held_rates.values():  # mean and n of the two seeds' rates (0 or 1 each)
+        assert start["n"] == final["n"] == 2 and 0.0 <= start["mean"] <= 1.0 and 0.0 <= final["mean"] <= 1.0
     text = capsys.readouterr().out
     assert "| grpo | 2/2 |" in text and "| grpo+hints | 2/2 |" in text
+    assert "held-out resolved: before" in text
 
     assert main(argv) == 0  # resumed: every run finished, none is started again
     assert capsys.readouterr().out.count("finished earlier, kept") == 4
