@@ -41,7 +41,7 @@ ATTEMPTS_PER_TASK = 8
 # Bump when the way verdicts are computed changes: it invalidates cached verdicts.
 VERDICT_VERSION = "4"
 # Bump when the same inputs would give different tasks (ordering, statements, ids).
-BUILDER_VERSION = "9"
+BUILDER_VERSION = "10"
 # Failing tests tried, in order, for a reproducer the statement can carry.
 REPRODUCER_TRIES = 6
 # Why no statement could be written, from the earliest stage to the latest; a candidate is

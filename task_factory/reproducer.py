@@ -186,8 +186,8 @@ def _check(stmt: ast.stmt) -> tuple[ast.expr, Check, ast.expr | None] | None:
         if name.startswith("assert"):
             return None
         return call, "no_error", None
-    if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call):
-        return stmt.value, "no_error", None
+    if isinstance(stmt, ast.Assign) and any(isinstance(n, ast.Call) for n in ast.walk(stmt.value)):
+        return stmt.value, "no_error", None  # the failure surfaced while computing it: it raises
     return None
 
 
@@ -210,7 +210,19 @@ def _is_literal(node: ast.expr) -> bool:
 
 
 def _names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    """The free names ``node`` reads: loads, less what its comprehensions and lambdas bind."""
+    loads = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    bound: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.comprehension):
+            bound |= {t.id for t in ast.walk(n.target) if isinstance(t, ast.Name)}
+        elif isinstance(n, ast.Lambda):
+            a = n.args
+            bound |= {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs} | \
+                {x.arg for x in (a.vararg, a.kwarg) if x is not None}
+        elif isinstance(n, ast.NamedExpr) and isinstance(n.target, ast.Name):
+            bound.add(n.target.id)
+    return loads - bound
 
 
 def _param_values(module: ast.Module, fn: ast.FunctionDef | ast.AsyncFunctionDef,
@@ -321,6 +333,7 @@ def write(repo: Path, nodeid: str, line: int | None = None) -> Reproducer | None
                     module=node.module, names=keep, level=node.level))
     if any(isinstance(n, ast.ImportFrom) and n.level for n in used_imports):
         return None  # a relative import only works inside the test package
+    expr, setup = _inlined(expr, setup)
     setup = helpers + setup
     taken = needed | _defined(setup)
     result = next(n for n in ("result", "result_", "got", "got_") if n not in taken)
@@ -352,6 +365,22 @@ def write(repo: Path, nodeid: str, line: int | None = None) -> Reproducer | None
     except SyntaxError:
         return None
     return Reproducer(code=code, call=call, callees=_callees(expr), check=check, expected=shown)
+
+
+def _inlined(expr: ast.expr, setup: list[ast.stmt]) -> tuple[ast.expr, list[ast.stmt]]:
+    """``actual = f(x); ...; assertEqual(actual, y)``: the call itself is what is checked (so the
+    script's last line shows what misbehaves): a checked bare name's last assignment moves into
+    the check when no later setup statement reads the name."""
+    if not isinstance(expr, ast.Name):
+        return expr, setup
+    for i in range(len(setup) - 1, -1, -1):
+        stmt = setup[i]
+        if expr.id in _defined([stmt]):
+            if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+                    and not any(expr.id in _names(later) for later in setup[i + 1:])):
+                return stmt.value, setup[:i] + setup[i + 1:]
+            break
+    return expr, setup
 
 
 def _is_assertion(stmt: ast.stmt) -> bool:

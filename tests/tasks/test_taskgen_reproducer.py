@@ -71,6 +71,18 @@ class TestWindow:
 
 def test_helper():
     assert _helper(1) == 2
+
+
+def test_inlined():
+    data = [n for n in range(3)]
+    actual = window(data, 2)
+    expected = [(0, 1), (1, 2)]
+    assert actual == expected
+
+
+def test_comprehension_raises():
+    rows = [len(w) for w in window([1, 2], -1)]
+    assert rows
 '''
 PYTHON = Path(sys.executable)
 
@@ -105,6 +117,15 @@ def test_scripts_are_rewritten_from_the_failing_statement(trees: tuple[Path, Pat
     raising = reproducer.write(repo, "tests/test_pkg.py::TestWindow::test_raises")
     assert raising is not None and (raising.check, raising.expected) == ("raises", "ValueError")
     assert "except ValueError as exc:" in raising.code and "raise AssertionError" in raising.code
+    # a checked name computed just before is checked as the call itself; comprehension variables are no free names
+    inlined = reproducer.write(repo, "tests/test_pkg.py::test_inlined")
+    assert inlined is not None and inlined.callees == ("window",)
+    assert inlined.code == ("from pkg import window\n\ndata = [n for n in range(3)]\nexpected = [(0, 1), (1, 2)]\n"
+                            "result = window(data, 2)\nprint(repr(result))\nassert result == expected")
+    line = TESTS.splitlines().index("    rows = [len(w) for w in window([1, 2], -1)]") + 1
+    computed = reproducer.write(repo, "tests/test_pkg.py::test_comprehension_raises", line)
+    assert computed is not None and computed.check == "no_error"  # it failed while computing: it must not raise
+    assert computed.code.endswith("result = [len(w) for w in window([1, 2], -1)]\nprint(repr(result))")
     assert reproducer.write(repo, "tests/test_pkg.py::test_with_fixture") is None  # a fixture: cannot stand alone
     assert reproducer.write(repo, "tests/test_pkg.py::test_missing") is None
 
