@@ -67,7 +67,8 @@ def build_tasks(out_dir: str | Path, packages: list[str] | None = None, seed: in
                 log: Log | None = None, statement_style: Style = "report") -> BuildReport:
     """Build tasks into ``out_dir`` (tasks.jsonl, repos/, envs/, build_report.json).
 
-    ``max_tasks`` caps the total (spread evenly over the packages);
+    ``max_tasks`` caps the total (spread evenly over the packages; a package that falls short is
+    made up by the others, one more task each in turn, up to ``max_tasks`` or else ``min_tasks``);
     ``min_tasks`` (default: 30, or ``max_tasks`` when smaller) decides ``report.ok``;
     ``statement_style``: ``report`` (a user's bug report) or ``verbose`` (test id, source, error).
     """
@@ -87,6 +88,26 @@ def build_tasks(out_dir: str | Path, packages: list[str] | None = None, seed: in
     provenance: list[TaskProvenance] = []
     reports: list[PackageReport] = []
     runs = 0
+    # Each package makes up to its quota; then packages that reached theirs make one more each, in
+    # turn, until the goal (max_tasks, else min_tasks) is met: one package's low yield (tests that
+    # give few reproducers, mutations its tests miss) is made up by the others.
+    goal = max_tasks if max_tasks is not None else min_tasks
+    built: list[tuple[_PackageBuilder, PackageReport]] = []
+    streams: list[tuple[_PackageBuilder, PackageReport, object]] = []
+
+    def pull(builder: _PackageBuilder, report: PackageReport, stream) -> bool:
+        try:
+            record, prov = next(stream)
+        except StopIteration:
+            return False
+        except TaskgenError as exc:
+            report.error = str(exc)
+            say(f"[{builder.spec.key}] error: {exc}")
+            return False
+        tasks.append(record)
+        provenance.append(prov)
+        return True
+
     for spec in specs:
         left = quota if max_tasks is None else min(quota, max_tasks - len(tasks))
         report = PackageReport(package=spec.key)
@@ -94,14 +115,31 @@ def build_tasks(out_dir: str | Path, packages: list[str] | None = None, seed: in
         if left <= 0:
             continue
         builder = _PackageBuilder(spec, out, cache, seed, say, statement_style)
-        try:
-            for record, prov in builder.build(left, report):
-                tasks.append(record)
-                provenance.append(prov)
-        except TaskgenError as exc:
-            report.error = str(exc)
-            say(f"[{spec.key}] error: {exc}")
-        runs += builder.runs
+        builder.attempt_cap = left * ATTEMPTS_PER_TASK
+        stream = builder.build(report)
+        built.append((builder, report))
+        made = 0
+        while made < left and pull(builder, report, stream):
+            made += 1
+        if made == left:
+            streams.append((builder, report, stream))
+    while len(tasks) < goal and streams:
+        for entry in list(streams):
+            if len(tasks) >= goal:
+                break
+            builder, report, stream = entry
+            builder.attempt_cap += ATTEMPTS_PER_TASK
+            if pull(builder, report, stream):
+                builder.log(f"one more task to make up the goal of {goal}")
+            else:
+                streams.remove(entry)
+    for _builder, _report, stream in streams:
+        stream.close()
+    for builder, report in built:
+        if report.error is None:
+            builder.log(f"{report.tasks} task(s) from {report.candidates_tried} candidate(s); "
+                        f"rejected {report.rejected}")
+    runs = sum(b.runs for b, _ in built)
 
     tasks_file = out / "tasks.jsonl"
     tmp = tasks_file.with_suffix(".jsonl.tmp")
@@ -125,6 +163,7 @@ class _PackageBuilder:
         self.statement_style = statement_style
         self.results = cache / "results" / spec.key
         self.runner: PytestRunner | None = None
+        self.attempt_cap = ATTEMPTS_PER_TASK  # candidates judged at most (build_tasks raises it per task asked)
 
     @property
     def runs(self) -> int:
@@ -134,7 +173,9 @@ class _PackageBuilder:
         self.say(f"[{self.spec.key}] {msg}")
 
     # -- setup -----------------------------------------------------------------------------
-    def build(self, quota: int, report: PackageReport):
+    def build(self, report: PackageReport):
+        """The package's tasks, one at a time, while candidates last and fewer than ``attempt_cap``
+        were judged (the caller raises the cap to ask for more)."""
         spec = self.spec
         pristine = pristine_tree(spec, self.cache)
         install_env(spec, self.cache, self.out / "envs" / spec.key)
@@ -157,10 +198,9 @@ class _PackageBuilder:
         test_text = self.test_text()
         rng = random.Random(f"{self.seed}|{spec.key}")  # candidate order only
         used_functions: set[str] = set()
-        attempts = quota * ATTEMPTS_PER_TASK
         made = 0
         for mut, edit, path_src in self.candidates(rng, test_text):
-            if made >= quota or report.candidates_tried >= attempts:
+            if report.candidates_tried >= self.attempt_cap:
                 break
             if mut.function in used_functions:
                 continue
@@ -178,7 +218,6 @@ class _PackageBuilder:
             report.tasks = made
             self.log(f"task {task[0].instance_id}: {len(verdict.fail_to_pass)} F2P, {len(verdict.pass_to_pass)} P2P")
             yield task
-        self.log(f"{made} task(s) from {report.candidates_tried} candidate(s); rejected {report.rejected}")
 
     def baseline(self) -> tuple[set[str], float]:
         """Tests passing in two runs of the clean tree (cached), and one run's duration."""

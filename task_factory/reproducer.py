@@ -334,11 +334,12 @@ def write(repo: Path, nodeid: str, line: int | None = None) -> Reproducer | None
     if any(isinstance(n, ast.ImportFrom) and n.level for n in used_imports):
         return None  # a relative import only works inside the test package
     expr, setup = _inlined(expr, setup)
-    setup = helpers + setup
-    taken = needed | _defined(setup)
+    taken = needed | _defined(helpers + setup)
     result = next(n for n in ("result", "result_", "got", "got_") if n not in taken)
     call = ast.unparse(expr)
     lines = [ast.unparse(n) for n in used_imports] + ([""] if used_imports else [])
+    for helper in helpers:  # definitions first, each followed by a blank line
+        lines += [ast.unparse(helper), ""]
     lines += [ast.unparse(s) for s in setup]
     shown: str | None = None
     if check == "raises":
@@ -463,7 +464,7 @@ def _helpers(module: ast.Module, missing: set[str], needed: set[str]) -> tuple[l
         inner = _names(node) - _defined([node])
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             inner -= {a.arg for n in ast.walk(node) if isinstance(n, ast.arguments)
-                      for a in n.posonlyargs + n.args + n.kwonlyargs}
+                      for a in [*n.posonlyargs, *n.args, *n.kwonlyargs, n.vararg, n.kwarg] if a is not None}
             inner -= {t.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
                       for t in [n]}
         needed |= inner

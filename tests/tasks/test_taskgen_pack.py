@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -119,7 +120,6 @@ def test_every_statement_names_its_entry_point_and_carries_a_script_that_fails_o
 def test_validate_statements_flags_a_statement_without_a_working_reproducer(pack: Path, tmp_path: Path) -> None:
     """`task-factory validate --statements`: the built pack passes; a copy whose statement lost its
     reproducer's check, or names no entry point, fails with the reason, and exits 1."""
-    import json
     import sys
 
     rows = [json.loads(line) for line in pack.read_text().splitlines()]
@@ -165,3 +165,19 @@ def test_rebuild_with_the_same_seed_is_identical_and_cached(pack: Path, tmp_path
 def test_validate_through_the_real_grading_path_with_bwrap(pack: Path) -> None:
     result = asyncio.run(validate_file(pack, backend="bwrap"))
     assert result.ok, result.table()
+
+
+def test_a_package_short_of_its_quota_is_made_up_by_the_others(tmp_path: Path) -> None:
+    """With one task per package asked and a goal of four, each package is asked for more in turn,
+    continuing its own candidate stream: the same tasks as a quota of two each."""
+    logs: list[str] = []
+    topped = build_tasks(tmp_path / "topped", packages=["inflection", "idna"], max_tasks=4, tasks_per_package=1,
+                         cache_dir=PACK_DIR / "cache", log=logs.append)
+    assert topped.ok and topped.n_tasks == 4, topped.packages
+    assert [p.tasks for p in topped.packages] == [2, 2]
+    assert sum("one more task to make up the goal of 4" in line for line in logs) == 2
+    plain = build_tasks(tmp_path / "plain", packages=["inflection", "idna"], max_tasks=4,
+                        cache_dir=PACK_DIR / "cache")
+    ids = [json.loads(line)["instance_id"] for line in (tmp_path / "topped" / "tasks.jsonl").read_text().splitlines()]
+    assert sorted(ids) == sorted(json.loads(line)["instance_id"]
+                                 for line in (tmp_path / "plain" / "tasks.jsonl").read_text().splitlines())

@@ -83,6 +83,15 @@ def test_inlined():
 def test_comprehension_raises():
     rows = [len(w) for w in window([1, 2], -1)]
     assert rows
+
+
+def make_box(*items):
+    return Box(list(items))
+
+
+def test_box_from_a_helper():
+    box = make_box(1, 2)
+    assert box.first() == 1
 '''
 PYTHON = Path(sys.executable)
 
@@ -126,6 +135,10 @@ def test_scripts_are_rewritten_from_the_failing_statement(trees: tuple[Path, Pat
     computed = reproducer.write(repo, "tests/test_pkg.py::test_comprehension_raises", line)
     assert computed is not None and computed.check == "no_error"  # it failed while computing: it must not raise
     assert computed.code.endswith("result = [len(w) for w in window([1, 2], -1)]\nprint(repr(result))")
+    helped = reproducer.write(repo, "tests/test_pkg.py::test_box_from_a_helper")  # the module's helper, copied
+    assert helped is not None and helped.code == (
+        "from pkg import Box\n\ndef make_box(*items):\n    return Box(list(items))\n\nbox = make_box(1, 2)\n"
+        "result = box.first()\nprint(repr(result))\nassert result == 1")
     assert reproducer.write(repo, "tests/test_pkg.py::test_with_fixture") is None  # a fixture: cannot stand alone
     assert reproducer.write(repo, "tests/test_pkg.py::test_missing") is None
 
