@@ -164,8 +164,13 @@ class MetricsCallback(TrainerCallback):
         _write("\n".join(lines))
 
 
-def quiet_progress(trainer: Any) -> None:
-    """Keep the progress bar but drop its dump of every log dict (MetricsCallback prints the table)."""
+def quiet_progress(trainer: Any, terminal: bool | None = None) -> None:
+    """Keep the progress bar but drop its dump of every log dict (MetricsCallback prints the table).
+
+    The bar is kept only on a terminal (``terminal``, default: whether stderr is one): in a log
+    file or a pipe its carriage-return redraws glue to the table's rows, which are the progress there."""
+    import sys
+
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     class _QuietProgress(ProgressCallback):
@@ -175,7 +180,9 @@ def quiet_progress(trainer: Any) -> None:
     for cls in (ProgressCallback, PrinterCallback):
         if any(isinstance(cb, cls) for cb in trainer.callback_handler.callbacks):
             trainer.remove_callback(cls)
-    if not trainer.args.disable_tqdm:
+    if terminal is None:
+        terminal = sys.stderr.isatty()
+    if not trainer.args.disable_tqdm and terminal:
         trainer.add_callback(_QuietProgress)
 
 

@@ -138,3 +138,29 @@ def test_the_step_table_has_a_column_per_channel_and_input(tmp_path, capsys):
         ["2", "1.000", "0.50", "0", "0.2500", "0.1250", "2", "0.5000", "1", "3", "0.4000"]]
     assert all(float(r[11]) >= 0 for r in rows)
     assert all(len(line) <= 100 for line in lines)
+
+
+def test_the_progress_bar_is_kept_on_a_terminal_only():
+    """On a terminal the bar stays (without its dump of every log dict: the table prints the step);
+    in a log file or a pipe its carriage-return redraws would glue to the table rows, so it goes."""
+    from types import SimpleNamespace
+
+    from transformers.trainer_callback import CallbackHandler, PrinterCallback, ProgressCallback
+
+    from trainer_client.metrics import quiet_progress
+
+    def trainer():  # what quiet_progress uses of a Trainer: its callback handler and args
+        handler = CallbackHandler([ProgressCallback, PrinterCallback], None, None, None, None)
+        return SimpleNamespace(callback_handler=handler, args=SimpleNamespace(disable_tqdm=False),
+                               add_callback=handler.add_callback, remove_callback=handler.remove_callback)
+
+    def bars(t):
+        return [type(cb) for cb in t.callback_handler.callbacks if isinstance(cb, ProgressCallback)]
+
+    on_terminal, in_a_file = trainer(), trainer()
+    quiet_progress(on_terminal, terminal=True)
+    quiet_progress(in_a_file, terminal=False)
+    assert len(bars(on_terminal)) == 1 and bars(on_terminal)[0] is not ProgressCallback  # the quiet one
+    assert bars(on_terminal)[0]().on_log(None, None, None, logs={"loss": 1.0}) is None
+    assert bars(in_a_file) == []
+    assert not any(isinstance(cb, PrinterCallback) for t in (on_terminal, in_a_file) for cb in t.callback_handler.callbacks)
