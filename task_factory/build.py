@@ -87,7 +87,6 @@ def build_tasks(out_dir: str | Path, packages: list[str] | None = None, seed: in
     tasks: list[TaskRecord] = []
     provenance: list[TaskProvenance] = []
     reports: list[PackageReport] = []
-    runs = 0
     # Each package makes up to its quota; then packages that reached theirs make one more each, in
     # turn, until the goal (max_tasks, else min_tasks) is met: one package's low yield (tests that
     # give few reproducers, mutations its tests miss) is made up by the others.

@@ -29,8 +29,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import signal
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +36,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from .runner import no_network_prefix
+from .runner import no_network_prefix, run_in_group
 
 # Bump when a script, or how it is run or read, changes: the builder's cached runs are keyed on it.
 VERSION = "1"
@@ -217,12 +215,16 @@ def _names(node: ast.AST) -> set[str]:
         if isinstance(n, ast.comprehension):
             bound |= {t.id for t in ast.walk(n.target) if isinstance(t, ast.Name)}
         elif isinstance(n, ast.Lambda):
-            a = n.args
-            bound |= {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs} | \
-                {x.arg for x in (a.vararg, a.kwarg) if x is not None}
+            bound |= _arg_names(n.args)
         elif isinstance(n, ast.NamedExpr) and isinstance(n.target, ast.Name):
             bound.add(n.target.id)
     return loads - bound
+
+
+def _arg_names(args: ast.arguments) -> set[str]:
+    """The names an argument list binds (``*args`` and ``**kwargs`` included)."""
+    return {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+            if a is not None}
 
 
 def _param_values(module: ast.Module, fn: ast.FunctionDef | ast.AsyncFunctionDef,
@@ -463,10 +465,8 @@ def _helpers(module: ast.Module, missing: set[str], needed: set[str]) -> tuple[l
         chosen.append(node)
         inner = _names(node) - _defined([node])
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            inner -= {a.arg for n in ast.walk(node) if isinstance(n, ast.arguments)
-                      for a in [*n.posonlyargs, *n.args, *n.kwonlyargs, n.vararg, n.kwarg] if a is not None}
-            inner -= {t.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
-                      for t in [n]}
+            inner -= set().union(*(_arg_names(n) for n in ast.walk(node) if isinstance(n, ast.arguments)))
+            inner -= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         needed |= inner
         todo += sorted(n for n in inner if n in defs and n not in _BUILTINS)
     order = {id(n): i for i, n in enumerate(module.body)}
@@ -552,15 +552,7 @@ def run(code: str, python: Path, tree: Path, *, import_root: str = ".", callees:
                "PYTHONHASHSEED": "0", "PYTHONPYCACHEPREFIX": str(Path(tmp) / "pycache")}
         cmd = [*no_network_prefix(), str(python), str(wrapper), str(script), str(callees_file), str(out_file),
                ",".join(packages)]
-        proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
-        try:
-            out, _err = proc.communicate(timeout=timeout_s)
-            code_ = proc.returncode
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, _err = proc.communicate()
-            code_ = None
+        code_, out, _err = run_in_group(cmd, tree, env, timeout_s)
         try:
             data = json.loads(out_file.read_text())
         except (OSError, ValueError):
@@ -583,14 +575,14 @@ def _cut(text: str, limit: int) -> str:
 def entry_point(run_: Run, packages: tuple[str, ...]) -> str | None:
     """The first callee of ``run_`` that is the package's and public (no segment starting with
     ``_``, nothing local to a function), as the dotted name a user imports it by."""
-    for callee in run_.callees:
-        name = callee.name
-        if not name or not any(name == p or name.startswith(p + ".") for p in packages):
-            continue
-        if "<locals>" in name or any(part.startswith("_") for part in name.split(".")):
-            continue
-        return name
-    return None
+    return next((c.name for c in run_.callees if c.name and is_public(c.name, packages)), None)
+
+
+def is_public(name: str, packages: tuple[str, ...]) -> bool:
+    """Whether the dotted ``name`` is one of ``packages``' and public: no segment starting with
+    ``_``, nothing local to a function."""
+    ours = any(name == p or name.startswith(p + ".") for p in packages)
+    return ours and "<locals>" not in name and not any(part.startswith("_") for part in name.split("."))
 
 
 def package_names(paths: list[str], import_root: str = ".") -> tuple[str, ...]:

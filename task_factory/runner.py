@@ -149,22 +149,29 @@ class PytestRunner:
                    "-p", _PLUGIN_NAME, *self.ini_args(repo), "--tb=short",
                    *(["--continue-on-collection-errors"] if self.keep_going else []), *targets]
             start = time.monotonic()
-            proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
-            timed_out = False
-            try:
-                out, _ = proc.communicate(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                os.killpg(proc.pid, signal.SIGKILL)
-                out, _ = proc.communicate()
+            exit_code, out, _ = run_in_group(cmd, repo, env, timeout_s, merge_stderr=True)
             duration = time.monotonic() - start
             tests: dict[str, TestOutcome] = {}
             if report.exists():
                 tests = {k: TestOutcome(**v) for k, v in json.loads(report.read_text()).items()}
-        return RunResult(exit_code=None if timed_out else proc.returncode, timed_out=timed_out,
+        return RunResult(exit_code=exit_code, timed_out=exit_code is None,
                          duration_s=round(duration, 3), tests=tests,
                          output_tail=out.decode("utf-8", "replace")[-3000:])
+
+
+def run_in_group(cmd: list[str], cwd: Path, env: dict[str, str], timeout_s: float,
+                 merge_stderr: bool = False) -> tuple[int | None, bytes, bytes]:
+    """Run ``cmd`` in a session of its own; at ``timeout_s`` kill its whole process group.
+    Returns (exit code, or None when it timed out; stdout; stderr, empty with ``merge_stderr``)."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+        return proc.returncode, out, err or b""
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return None, out, err or b""
 
 
 # Run inside the new network namespace: bring loopback up (as the grader's sandbox has it), then exec.

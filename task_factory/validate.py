@@ -236,9 +236,7 @@ def statement_problems(task) -> list[str]:
         problems.append(f"its reproducer fails with the gold patch: {on_gold.output.splitlines()[-1:]}")
     first = task.problem_statement.strip().splitlines()[0] if task.problem_statement.strip() else ""
     named = set(re.findall(r"`([\w.]+)`", first))
-    public = {c.name for c in on_gold.callees if c.name} & named
-    if not any(reproducer.entry_point(reproducer.Run(exit_code=0, callees=(c,)), packages)
-               for c in on_gold.callees if c.name in public):
+    if not any(c.name in named and reproducer.is_public(c.name, packages) for c in on_gold.callees if c.name):
         problems.append(f"its first line names no public entry point of {', '.join(packages) or 'the package'} "
                         f"that the reproducer calls (named: {sorted(named) or 'nothing'})")
     return problems

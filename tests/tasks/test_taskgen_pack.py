@@ -178,6 +178,7 @@ def test_a_package_short_of_its_quota_is_made_up_by_the_others(tmp_path: Path) -
     assert sum("one more task to make up the goal of 4" in line for line in logs) == 2
     plain = build_tasks(tmp_path / "plain", packages=["inflection", "idna"], max_tasks=4,
                         cache_dir=PACK_DIR / "cache")
+    assert plain.ok
     ids = [json.loads(line)["instance_id"] for line in (tmp_path / "topped" / "tasks.jsonl").read_text().splitlines()]
     assert sorted(ids) == sorted(json.loads(line)["instance_id"]
                                  for line in (tmp_path / "plain" / "tasks.jsonl").read_text().splitlines())
