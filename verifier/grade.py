@@ -38,7 +38,7 @@ from sandbox.base import Sandbox
 from sandbox.models import CommandStatus
 from sandbox.git import shell_git_setup
 
-from . import harness, pytest_log
+from . import harness, pytest_log, replay
 from .canary import Canary, CanaryPlan, function_id, plan_canaries, support_pathspecs
 from .diffs import diff_key, filter_diff, normalize_diff, touched_paths
 from .junit import PASSING, Outcome
@@ -47,7 +47,7 @@ from .runner_config import runner_config
 from .task import TaskInstance
 from .verdict import TESTS_FAILED, RunFacts, tamper_reasons
 
-GRADER_VERSION = "6"  # part of the cache key: a changed grader re-grades
+GRADER_VERSION = "7"  # part of the cache key: a changed grader re-grades
 GradeMode = Literal["resolved", "pass_rate"]
 LOG_TAIL_CHARS = 4000
 
@@ -75,6 +75,8 @@ class GradeResult(BaseModel):
     error_source: Literal["agent", "env", "infra"] | None = None
     log_tail: str = ""
     cached: bool = False
+    replay: dict[str, Any] | None = Field(None, description="the replay check of a submission that passed its "
+                                         "tests (replay.py): calls checked, whether the fix held, the form")
     duration_s: float = 0.0
 
     def metadata(self) -> dict[str, Any]:
@@ -89,6 +91,8 @@ class GradeResult(BaseModel):
             out["tamper_reasons"] = self.tamper_reasons
         if self.suspicious_detail:
             out["suspicious_detail"] = self.suspicious_detail
+        if self.replay is not None:
+            out["replay"] = self.replay
         if self.error:
             out["grade_error"] = self.error
             out["grade_error_source"] = self.error_source
@@ -479,6 +483,30 @@ def _harness_verdict(task: TaskInstance, facts: RunFacts, log: str, truncated: b
     return _score(task, lambda t: report.get(t, "missing"), base["mode"], log, True, base["dropped"])
 
 
+async def _replay(task: TaskInstance, agent_diff: str, config: SandboxConfig
+                  ) -> tuple[replay.ReplayPlan, replay.ReplayResult | None]:
+    plan = await replay.PLANS.get(task, config)
+    if not plan.checked:
+        return plan, None
+    return plan, await replay.check(task, agent_diff, plan, config)
+
+
+def _with_replay(res: GradeResult, outcome: tuple[replay.ReplayPlan, replay.ReplayResult | None]) -> GradeResult:
+    """A resolved pytest verdict stands only if the fix also holds in a plain script on the agent's tree."""
+    plan, checked = outcome
+    if checked is None:
+        return res.model_copy(update={"replay": {"ran": False, **plan.summary()}})
+    summary = {"ran": True, "holds": checked.holds, "checked_calls": checked.checked, "form": checked.form,
+               **({"mismatched": checked.mismatched} if checked.mismatched else {}),
+               **({"error": checked.error} if checked.error else {})}
+    if checked.holds:
+        return res.model_copy(update={"replay": summary})
+    why = checked.mismatched[0] if checked.mismatched else checked.error
+    return res.model_copy(update={
+        "replay": summary, "reward": 0.0, "resolved": False, "error_source": "agent",
+        "error": f"the fix does not hold outside the test run (replayed as a plain script): {why}"})
+
+
 async def grade_submission(task: TaskInstance, diff: str, config: SandboxConfig,
                            mode: Literal["resolved", "pass_rate"] = "resolved", *,
                            cache: GradeCache | None = None, timeout_s: float = 900.0) -> GradeResult:
@@ -504,13 +532,23 @@ async def grade_submission(task: TaskInstance, diff: str, config: SandboxConfig,
 
     async def run() -> GradeResult:
         started = time.perf_counter()
+        # The replay check (replay.py) runs beside the pytest run, in a sandbox of its own; it counts
+        # only for a submission whose tests passed, and is dropped unfinished otherwise.
+        replaying = asyncio.ensure_future(_replay(task, agent_diff, config)) if agent_diff.strip() else None
         try:
             res = await _grade_in_sandbox(task, agent_diff, dropped, config, mode, timeout_s)
+            if replaying is not None and (res.resolved or (res.mode == "pass_rate" and any(
+                    o == "passed" for o in res.fail_to_pass.values()))):
+                res = _with_replay(res, await replaying)
         except SandboxError as exc:
             res = GradeResult(reward=0.0, mode=mode, dropped=dropped, error_source="infra",
                               error=f"{type(exc).__name__}: {exc}")
         except harness.HarnessError as exc:  # the server cannot grade this task: not the agent's doing
             res = GradeResult(reward=0.0, mode=mode, dropped=dropped, error_source="env", error=str(exc))
+        finally:
+            if replaying is not None and not replaying.done():
+                replaying.cancel()
+                await asyncio.gather(replaying, return_exceptions=True)
         return res.model_copy(update={"duration_s": round(time.perf_counter() - started, 3)})
 
     res = await cache.get_or_run(key, run)

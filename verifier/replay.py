@@ -1,0 +1,521 @@
+"""The replay check: a fix must hold where nothing says "graded" (docs/grading.md, guarantee 8).
+
+Everything the test process can see, code under test can read, so a verdict that rests on
+the test process not telling canaries from hidden tests, or not telling a grading run from
+an ordinary one, can be forged. The replay check does not ask the test process anything:
+
+1. **Record** (once per task, on the host's own tree: pristine + gold patch + ``test_patch``,
+   no agent code): the FAIL_TO_PASS tests run under pytest with ``replay_recorder.py``, which
+   writes down every call the tests make into the code the gold patch changes, as Python
+   source (a *scene* per test).
+2. **Expect**: the scenes, rendered as one plain script, run on the buggy tree and twice on the
+   fixed tree. A call is *checked* when its printed outcome (a literal value, or the name of
+   the exception it raised) is the same in both fixed runs and differs on the buggy tree: the
+   bug's footprint, as the hidden tests exercise it.
+3. **Check** (each graded submission that passed its tests): the script, with fresh labels and
+   in a form drawn from the forms an agent's command takes (``python - <<EOF``, a file in
+   ``/tmp`` or the workspace, ``python -c``), runs in a fresh sandbox on the agent's own tree:
+   the template (the same HEAD commit the agent saw) with the submitted diff applied,
+   uncommitted, through the agent's own persistent shell. No test file, no pytest, no expected
+   value and no grader path is on disk or in the process. Every checked call must print what
+   the fixed tree printed.
+
+A fix that is active only under pytest, only with a test frame on the stack, or only when it
+detects a grading run does not hold in a plain script, and the expected values exist only on
+the host. Limits: a call whose arguments are not writable as source (a lambda of the tests,
+an object of a test class) is not replayed; a task whose tests leave no checked call is
+graded by the pytest run alone (``ReplayPlan.checked == 0``), as are harness tasks.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import hashlib
+import json
+import math
+import random
+import re
+import secrets
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from sandbox import ArgumentError, PathError, SandboxConfig, SandboxError, open_sandbox
+from sandbox.base import Sandbox
+from sandbox.models import CommandStatus
+
+from .diffs import is_test_path, split_diff
+from .task import TaskInstance
+
+REPLAY_VERSION = "1"
+RECORDER = Path(__file__).with_name("replay_recorder.py")
+REC_DIR = "/tmp/.swe-rec"  # the recording run's plugin and settings (the host's own run, no agent code)
+MAX_EVENTS = 400  # calls recorded per test
+MAX_OUTPUT_CHARS = 2000  # a checked call's printed outcome, at most (larger ones are not checked)
+MAX_CHECKED_CHARS = 24_000  # printed by one replay in all, well under a command's output limit
+RUN_TIMEOUT_S = 120.0
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+class ReplayResult(BaseModel):
+    """What one replay of a submission showed."""
+
+    checked: int = Field(0, description="calls compared with the fixed tree's outcome")
+    mismatched: list[str] = Field(default_factory=list, description="'<call>: expected X, got Y', at most 5")
+    form: str = ""
+    error: str | None = None
+    duration_s: float = 0.0
+
+    @property
+    def holds(self) -> bool:
+        return self.error is None and not self.mismatched
+
+
+@dataclass
+class Scene:
+    test: str
+    events: list[dict]
+    imports: list[str]
+
+
+@dataclass
+class ReplayPlan:
+    """A task's recorded scenes and the fixed tree's outcome of each checked call."""
+
+    scenes: list[Scene] = field(default_factory=list)
+    expected: dict[str, str] = field(default_factory=dict)  # event key "s.i" -> printed outcome
+    tests_recorded: int = 0
+    tests_checked: list[str] = field(default_factory=list)  # FAIL_TO_PASS tests with a checked call
+    reason: str = ""  # why nothing is checked
+
+    @property
+    def checked(self) -> int:
+        return len(self.expected)
+
+    def summary(self) -> dict[str, Any]:
+        return {"checked_calls": self.checked, "tests_recorded": self.tests_recorded,
+                "tests_checked": len(self.tests_checked), **({"reason": self.reason} if self.reason else {})}
+
+
+# ------------------------------------------------------------------------------ rendering
+_BINARY = {"__add__": "+", "__sub__": "-", "__mul__": "*", "__truediv__": "/", "__floordiv__": "//",
+           "__mod__": "%", "__pow__": "**", "__and__": "&", "__or__": "|", "__xor__": "^", "__lshift__": "<<",
+           "__rshift__": ">>", "__matmul__": "@", "__eq__": "==", "__ne__": "!=", "__lt__": "<", "__le__": "<=",
+           "__gt__": ">", "__ge__": ">="}
+
+
+def _call_args(event: dict) -> str:
+    return ", ".join(list(event["args"]) + [f"{k}={v}" for k, v in event["kwargs"].items()])
+
+
+def _expression(event: dict) -> tuple[str, bool]:
+    """The event as source: (text, whether it is an expression with a value)."""
+    args, kwargs = event["args"], event["kwargs"]
+    if event["kind"] == "call":
+        return f"{event['target']}({_call_args(event)})", True
+    this, attr = event["self"], event["attr"]
+    if event["kind"] == "get":
+        return f"{this}.{attr}", True
+    if event["kind"] == "set":
+        return f"{this}.{attr} = {args[0]}", False
+    if not kwargs:
+        if attr == "__getitem__" and len(args) == 1:
+            return f"{this}[{args[0]}]", True
+        if attr == "__setitem__" and len(args) == 2:
+            return f"{this}[{args[0]}] = {args[1]}", False
+        if attr == "__delitem__" and len(args) == 1:
+            return f"del {this}[{args[0]}]", False
+        if attr == "__len__" and not args:
+            return f"len({this})", True
+        if attr == "__contains__" and len(args) == 1:
+            return f"{args[0]} in {this}", True
+        if attr in _BINARY and len(args) == 1:
+            return f"{this} {_BINARY[attr]} {args[0]}", True
+    if attr == "__call__":
+        return f"{this}({_call_args(event)})", True
+    return f"{this}.{attr}({_call_args(event)})", True
+
+
+def _usable(scene_events: list[dict]) -> list[dict]:
+    """The events that can run: each variable they need is made by an earlier kept event."""
+    made: set[str] = set()
+    kept = []
+    for event in scene_events:
+        if "dropped" in event:
+            continue
+        text = json.dumps([event.get("self", ""), event["args"], event["kwargs"]])
+        needs = set(re.findall(r"\bv\d+\b", text))
+        if needs - made:
+            continue
+        kept.append(event)
+        if event.get("var"):
+            made.add(event["var"])
+    return kept
+
+
+@dataclass
+class Script:
+    source: str
+    labels: dict[str, str]  # label -> event key
+
+
+def render(plan_scenes: list[Scene], printed: set[str] | None, rng: random.Random) -> Script:
+    """One plain script running every scene in order; each event in ``printed`` (None: all) prints its
+    outcome after a fresh label. Variables get fresh names per scene."""
+    imports: list[str] = []
+    for scene in plan_scenes:
+        for imp in scene.imports:
+            line = imp if imp.startswith("from ") else f"import {imp}"
+            if line not in imports:
+                imports.append(line)
+    lines = ["import itertools"] + sorted(imports, key=lambda s: (s.startswith("from "), s))
+    labels: dict[str, str] = {}
+    width = 6
+    used: set[str] = set()
+    for s, scene in enumerate(plan_scenes):
+        lines.append("")
+        prefix = rng.choice("abcdefghjkmnpqrstuwxyz") + str(s)
+        rename = {}
+        later_uses = {}
+        for event in scene.events:
+            text = json.dumps([event.get("self", ""), event["args"], event["kwargs"]])
+            for var in re.findall(r"\bv\d+\b", text):
+                later_uses[var] = True
+        for i, event in enumerate(scene.events):
+            key = f"{s}.{i}"
+
+            def sub(text: str) -> str:
+                return re.sub(r"\bv(\d+)\b", lambda m: rename.get(m.group(0), m.group(0)), text)
+
+            ev = dict(event, args=[sub(a) for a in event["args"]],
+                      kwargs={k: sub(v) for k, v in event["kwargs"].items()})
+            if "self" in ev:
+                ev["self"] = sub(ev["self"])
+            expr, has_value = _expression(ev)
+            show = printed is None or key in printed
+            label = ""
+            if show:
+                while not label or label in used:
+                    label = "".join(rng.choice("0123456789abcdef") for _ in range(width))
+                used.add(label)
+                labels[label] = key
+            var = None
+            if event.get("var"):
+                var = f"{prefix}_{event['var']}"
+                rename[event["var"]] = var
+            body: list[str] = []
+            if has_value:
+                target = var or "_"
+                body.append(f"{target} = {expr}")
+                if show:
+                    value = target
+                    if event.get("iterator") and event.get("var") not in later_uses:
+                        value = f"list(itertools.islice({target}, 1000))"
+                    body.append(f"print({label!r}, repr({value}))")
+            else:
+                body.append(expr)
+                if show:
+                    body.append(f"print({label!r}, 'None')")
+            lines.append("try:")
+            lines += ["    " + b for b in body]
+            lines.append("except Exception as e:")
+            lines.append(f"    print({label!r}, 'raised', type(e).__name__)" if show else "    pass")
+    return Script(source="\n".join(lines) + "\n", labels=labels)
+
+
+def parse(output: str, labels: dict[str, str]) -> dict[str, str]:
+    """``{event key: printed outcome}``: the first line of each label (a label printed twice, by
+    whatever printed it, is ambiguous and left out)."""
+    seen: dict[str, list[str]] = {}
+    current: str | None = None
+    for line in output.split("\n"):
+        head, _, rest = line.partition(" ")
+        if head in labels:
+            seen.setdefault(head, []).append(rest)
+            current = head
+        elif current is not None and seen[current]:
+            seen[current][-1] += "\n" + line  # a repr spanning lines
+    return {labels[lab]: vals[0].rstrip() for lab, vals in seen.items() if len(vals) == 1}
+
+
+def _value(text: str) -> tuple[str, Any]:
+    if text.startswith("raised "):
+        return "raised", text[len("raised "):].strip()
+    if text == "None":
+        return "value", None
+    try:
+        return "value", ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return "opaque", _ADDRESS.sub("", text)
+
+
+def _close(a: Any, b: Any, depth: int = 0) -> bool:
+    if depth > 50:
+        return a == b
+    if isinstance(a, float) or isinstance(b, float):
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and type(a) is not bool and type(b) is not bool:
+            if math.isnan(a) and math.isnan(b):
+                return True
+            return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-12)
+        return False
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_close(x, y, depth + 1) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k], depth + 1) for k in a)
+    return a == b
+
+
+def same(expected: str, got: str | None) -> bool:
+    """Whether ``got`` shows the outcome ``expected`` shows (floats to 1e-6, exceptions by class name)."""
+    if got is None:
+        return False
+    ka, va = _value(expected)
+    kb, vb = _value(got)
+    if ka != kb:
+        return False
+    if ka == "value":
+        return _close(va, vb)
+    return va == vb
+
+
+# ------------------------------------------------------------------------------ running
+Form = Literal["stdin", "tmp_file", "workspace_file", "dash_c"]
+_NAMES = ("reproduce", "repro", "check", "debug", "verify", "scratch", "try_fix", "demo", "example", "issue")
+
+
+def command(source: str, python: str, rng: random.Random) -> tuple[str, str]:
+    """A shell command running ``source`` the way an agent's command does: (form, command)."""
+    form = rng.choice(["stdin", "tmp_file", "workspace_file", "dash_c"])
+    name = rng.choice(_NAMES) + rng.choice(["", "", "_2", "_bug"]) + ".py"
+    delim = rng.choice(["EOF", "PY", "END", "PYEOF"])
+    while any(line.strip() == delim for line in source.splitlines()):
+        delim += "X"
+    cd = rng.choice(["", "cd /workspace && "])
+    if form == "stdin":
+        return form, f"{cd}{python} - <<'{delim}'\n{source}{delim}"
+    if form == "tmp_file":
+        return form, f"cat > /tmp/{name} <<'{delim}'\n{source}{delim}\n{cd}{python} /tmp/{name}"
+    if form == "workspace_file":
+        return form, f"cd /workspace && cat > {name} <<'{delim}'\n{source}{delim}\n{python} {name}; rm -f {name}"
+    return form, f"{cd}{python} -c {shlex.quote(source)}"
+
+
+async def _python(sb: Sandbox) -> str:
+    res = await sb.run("command -v python >/dev/null && echo python || echo python3", timeout_s=30)
+    return (res.output.strip().splitlines() or ["python"])[-1] if res.ok else "python"
+
+
+async def _run_script(sb: Sandbox, script: Script, python: str, rng: random.Random,
+                      timeout_s: float) -> tuple[str, dict[str, str], str | None]:
+    form, cmd = command(script.source, python, rng)
+    res = await sb.run(cmd, timeout_s=timeout_s)
+    error = None if res.status in (CommandStatus.ok, CommandStatus.nonzero_exit) else f"the script ended: {res.status.value}"
+    return form, parse(res.output, script.labels), error
+
+
+def code_roots(task: TaskInstance) -> list[str]:
+    """Workspace paths of the code the gold patch changes: each changed module's outermost package
+    folder (a folder holding ``__init__.py`` up from it), or the module itself at the top."""
+    roots: list[str] = []
+    repo = Path(task.repo_path) if task.repo_path else None
+    for block in split_diff(task.patch):
+        path = block.new_path or block.old_path
+        if not path or not path.endswith(".py") or is_test_path(path):
+            continue
+        parts = path.split("/")
+        if repo is None:  # image-resident: the top folder (below src/ or lib/) is the package
+            top = 2 if parts[0] in ("src", "lib") and len(parts) > 2 else 1
+            root = "/".join(parts[:top]) if len(parts) > top else path
+        else:
+            root = path
+            for depth in range(len(parts) - 1, 0, -1):
+                folder = "/".join(parts[:depth])
+                if not (repo / folder / "__init__.py").exists():
+                    break
+                root = folder
+        if root not in roots:
+            roots.append(root)
+    return roots
+
+
+async def _stage(sb: Sandbox, files: dict[str, bytes]) -> None:
+    moves = []
+    for name, data in files.items():
+        staging = f".swe-rec-{secrets.token_hex(4)}"
+        await sb.write_file(staging, data)
+        moves.append(f"mv -f -- /workspace/{staging} {REC_DIR}/{name}")
+    res = await sb.run(f"mkdir -p {REC_DIR} && " + " && ".join(moves), timeout_s=60)
+    if not res.ok:
+        raise SandboxError(f"could not stage the recorder: {res.output[-300:]}")
+
+
+async def _apply(sb: Sandbox, patch: str) -> None:
+    if patch.strip():
+        await sb.apply_patch(patch.encode("utf-8", "surrogateescape"))
+
+
+async def record(task: TaskInstance, config: SandboxConfig) -> tuple[list[Scene], int, str]:
+    """Run the FAIL_TO_PASS tests on the fixed tree with the recorder: (scenes of tests that passed,
+    tests recorded, why none when empty)."""
+    roots = code_roots(task)
+    if not roots:
+        return [], 0, "the gold patch changes no module outside the tests"
+    workdir = task.workdir if task.image_resident else None
+    workspaces = ["/workspace"] + ([workdir] if workdir else [])
+    sb = await open_sandbox(task.workspace_spec(), config)
+    try:
+        await _apply(sb, task.patch)
+        if task.test_patch.strip():
+            await _apply(sb, task.test_patch)
+        out = ".swe-rec-out.json"
+        settings = {"roots": [f"{w}/{r}" for w in workspaces for r in roots], "tests": list(task.FAIL_TO_PASS),
+                    "workspaces": workspaces, "out": f"/workspace/{out}", "max_events": MAX_EVENTS}
+        await _stage(sb, {"swe_replay_recorder.py": RECORDER.read_bytes(),
+                          "settings.json": json.dumps(settings).encode()})
+        python = await _python(sb)
+        selected = " ".join(shlex.quote(t) for t in dict.fromkeys(task.FAIL_TO_PASS))
+        res = await sb.run(f"cd /workspace && SWE_RECORD_CONFIG={REC_DIR}/settings.json PYTHONPATH={REC_DIR} "
+                           f"{python} -m pytest -p swe_replay_recorder -p no:cacheprovider -q {selected} "
+                           f">/dev/null 2>&1; echo done", timeout_s=600)
+        if not res.ok:
+            return [], 0, f"the recording run failed: {res.status.value}"
+        try:
+            data = json.loads(await sb.read_file(out))
+        except (PathError, ValueError) as exc:
+            return [], 0, f"the recording run wrote no recording ({type(exc).__name__})"
+    finally:
+        await sb.close()
+    scenes = []
+    for test, scene in data.get("scenes", {}).items():
+        if scene.get("outcome") != "passed":
+            continue
+        events = _usable(scene.get("events", []))
+        if events:
+            scenes.append(Scene(test=test, events=events, imports=list(scene.get("imports", []))))
+    return scenes, len(data.get("scenes", {})), "" if scenes else "no call of the tests could be recorded"
+
+
+async def expect(task: TaskInstance, scenes: list[Scene], config: SandboxConfig) -> ReplayPlan:
+    """Run the scenes on the buggy tree and twice on the fixed one; keep the calls that tell them apart."""
+    plan = ReplayPlan(scenes=scenes, tests_recorded=len(scenes))
+    if not scenes:
+        return plan
+    rng = random.Random(0)
+    script = render(scenes, None, rng)
+    sb = await open_sandbox(task.workspace_spec(), config)
+    try:
+        python = await _python(sb)
+        _, buggy, _ = await _run_script(sb, script, python, rng, RUN_TIMEOUT_S)
+        await _apply(sb, task.patch)
+        _, fixed1, _ = await _run_script(sb, script, python, rng, RUN_TIMEOUT_S)
+        _, fixed2, _ = await _run_script(sb, script, python, rng, RUN_TIMEOUT_S)
+    finally:
+        await sb.close()
+    total = 0
+    checked_tests: set[str] = set()
+    for key, out in fixed1.items():
+        if fixed2.get(key) != out or len(out) > MAX_OUTPUT_CHARS or _value(out)[0] == "opaque":
+            continue
+        if same(out, buggy.get(key)):
+            continue
+        if total + len(out) > MAX_CHECKED_CHARS:
+            break
+        total += len(out) + 10
+        plan.expected[key] = out
+        checked_tests.add(scenes[int(key.split(".")[0])].test)
+    plan.tests_checked = sorted(checked_tests)
+    if not plan.expected:
+        plan.reason = "no recorded call tells the fixed tree from the buggy one"
+    return plan
+
+
+def _plan_key(task: TaskInstance) -> str:
+    h = hashlib.sha256()
+    for part in (REPLAY_VERSION, RECORDER.read_bytes().decode(), task.instance_id, task.patch, task.test_patch,
+                 "\n".join(task.FAIL_TO_PASS), str(task.repo_path), str(task.base_commit), str(task.image)):
+        h.update(part.encode("utf-8", "surrogateescape") + b"\0")
+    return h.hexdigest()
+
+
+class PlanCache:
+    """Replay plans by task (a plan comes from the gold patch only, so every grading shares it).
+
+    A plan is prepared once, in a task of its own: a grading that stops waiting (its tests failed)
+    does not stop it; a preparation that failed is tried again by the next grading."""
+
+    def __init__(self) -> None:
+        self._plans: dict[str, asyncio.Future[ReplayPlan]] = {}
+
+    async def get(self, task: TaskInstance, config: SandboxConfig) -> ReplayPlan:
+        key = _plan_key(task) + "\0" + config.backend
+        fut = self._plans.get(key)
+        if fut is None:
+            fut = asyncio.ensure_future(prepare(task, config))
+            self._plans[key] = fut
+
+            def forget_failure(done: asyncio.Future[ReplayPlan]) -> None:
+                if done.cancelled() or done.exception() is not None:
+                    self._plans.pop(key, None)
+
+            fut.add_done_callback(forget_failure)
+        return await asyncio.shield(fut)
+
+
+async def prepare(task: TaskInstance, config: SandboxConfig) -> ReplayPlan:
+    """The task's replay plan (empty, with a reason, where nothing can be checked)."""
+    if task.test_cmd:
+        return ReplayPlan(reason="the task runs its own harness")
+    if not task.patch.strip():
+        return ReplayPlan(reason="the task has no gold patch")
+    scenes, recorded, why = await record(task, config)
+    plan = await expect(task, scenes, config)
+    plan.tests_recorded = recorded
+    if why and not plan.reason:
+        plan.reason = why
+    return plan
+
+
+PLANS = PlanCache()
+
+
+async def check(task: TaskInstance, agent_diff: str, plan: ReplayPlan, config: SandboxConfig,
+                timeout_s: float = RUN_TIMEOUT_S) -> ReplayResult:
+    """Replay the checked calls on the agent's tree (template + ``agent_diff``) as a plain script."""
+    import time
+
+    started = time.perf_counter()
+    rng = random.Random(secrets.randbits(64))
+    printed = set(plan.expected)
+    script = render(plan.scenes, printed, rng)
+    sb = await open_sandbox(task.workspace_spec(), config)
+    try:
+        try:
+            await _apply(sb, agent_diff)
+        except ArgumentError:
+            return ReplayResult(checked=plan.checked, error="the submitted diff does not apply")
+        python = await _python(sb)
+        try:
+            form, got, error = await _run_script(sb, script, python, rng, timeout_s)
+        except SandboxError as exc:  # only the submission's code ran in it: the agent's
+            form, got, error = "", {}, f"the sandbox failed during the replay: {exc}"
+    finally:
+        await sb.close()
+    wrong = []
+    for key, want in plan.expected.items():
+        if not same(want, got.get(key)):
+            scene = plan.scenes[int(key.split(".")[0])]
+            event = scene.events[int(key.split(".")[1])]
+            shown = got.get(key)
+            wrong.append(f"{_expression(event)[0][:120]}: expected {want[:80]}, got "
+                         f"{'nothing' if shown is None else shown[:80]}")
+    return ReplayResult(checked=plan.checked, mismatched=wrong[:5], form=form, error=error if wrong or not got else None,
+                        duration_s=round(time.perf_counter() - started, 3))
+
+
+__all__ = ["PLANS", "PlanCache", "ReplayPlan", "ReplayResult", "check", "prepare", "record", "render"]
