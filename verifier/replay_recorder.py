@@ -48,8 +48,17 @@ __exit__ __aenter__ __aexit__ __format__ __sizeof__ __dir__ __index__ __fspath__
 __anext__ __missing__ __post_init__ __repr__ __str__ __bool__ __iter__ __next__""".split())
 
 
+def is_test_file(filename: str) -> bool:
+    """A test module, a conftest, or anything in a test folder (a package's own ``tests/`` included)."""
+    parts = filename.split("/")
+    base = parts[-1]
+    return (base.startswith("test_") or base.endswith("_test.py") or base == "conftest.py"
+            or any(p in ("tests", "test", "testing") for p in parts[:-1]))
+
+
 def in_code(filename: str) -> bool:
-    return any(filename == r or filename.startswith(r.rstrip("/") + "/") for r in ROOTS)
+    return not is_test_file(filename) and any(filename == r or filename.startswith(r.rstrip("/") + "/")
+                                              for r in ROOTS)
 
 
 def test_side(filename: str) -> bool:
@@ -72,6 +81,7 @@ class Recorder:
         self.tainted: dict[int, object] = {}
         self.events: list[dict] = []
         self.imports: set[str] = set()
+        self.defs: dict[str, tuple[str | None, object]] = {}  # helpers of the tests copied by source
         self.n = 0
 
     # -- scenes --------------------------------------------------------------------
@@ -82,6 +92,7 @@ class Recorder:
     def stop(self, outcome: str) -> None:
         if self.scene is not None:
             self.scenes[self.scene] = {"events": self.events, "imports": sorted(self.imports),
+                                       "defs": [[k, v[0]] for k, v in self.defs.items() if v[0]],
                                        "outcome": outcome, "truncated": self.n > MAX_EVENTS}
         self.scene = None
         self._reset()
@@ -152,10 +163,59 @@ class Recorder:
             return repr(value)
         if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
             src = self.ref(value)
+            if src is None and isinstance(value, types.FunctionType):
+                src = self.helper(value, 0)
             if src is None:
                 raise Unencodable("a function of the tests")
             return src
         return self.stdlib_value(value)
+
+    def helper(self, fn: types.FunctionType, depth: int) -> str | None:
+        """A plain module-level function of a test file, copied into the replay by its source: a
+        helper such as ``def inc(x): return x + 1`` that the tests pass to the code. Only when every
+        global name it uses can be written too (a module, a function or class of the code or the
+        standard library, a literal constant, another such helper)."""
+        import inspect
+        import textwrap
+
+        code = fn.__code__
+        name = fn.__name__
+        if (depth > 3 or not test_side(code.co_filename) or fn.__qualname__ != name or code.co_freevars
+                or fn.__defaults__ and not all(_immutable(d) for d in fn.__defaults__) or fn.__kwdefaults__):
+            return None
+        known = self.defs.get(name)
+        if known is not None:
+            return name if known[1] is fn else None
+        try:
+            source = textwrap.dedent(inspect.getsource(fn))
+        except (OSError, TypeError):
+            return None
+        if not source.startswith(("def ", "async def ")):
+            return None  # decorated, or a lambda
+        prelude: list[str] = []
+        self.defs[name] = (None, fn)  # recursion guard
+        for used in sorted(_global_names(code)):
+            if used in fn.__globals__:
+                value = fn.__globals__[used]
+            else:
+                continue  # a builtin, or an attribute name
+            if isinstance(value, types.ModuleType):
+                prelude.append(f"import {value.__name__}" if value.__name__ == used
+                               else f"import {value.__name__} as {used}")
+            elif _immutable(value):
+                prelude.append(f"{used} = {value!r}")
+            elif isinstance(value, types.FunctionType) and test_side(value.__code__.co_filename):
+                if self.helper(value, depth + 1) != used:
+                    del self.defs[name]
+                    return None
+            else:
+                ref = self.ref(value) if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)) else None
+                if ref is None:
+                    del self.defs[name]
+                    return None
+                prelude.append(f"{used} = {ref}")
+        self.defs[name] = ("\n".join(prelude + [source.rstrip()]), fn)
+        return name
 
     def stdlib_value(self, value: object) -> str:
         """A standard-library value whose repr rebuilds it (datetime, Decimal, Fraction, Path, ...)."""
@@ -251,6 +311,14 @@ class Recorder:
             event["iterator"] = (kind != "new" and hasattr(result, "__next__")
                                  and getattr(type(result), "__iter__", None) is not None)
         self.events.append(event)
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
 
 
 def _immutable(value: object) -> bool:

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 import websockets
-from envlib import requires_sandbox, run_server
+from envlib import docker_or_fail, requires_sandbox, run_server
 from grading_attacks import Ctx, attacks, bash_script
 from grading_attacks_r2 import attacks_r2, bash_script_r2
+from grading_attacks_r3 import attacks_r3, gold_source
 
 from env_server.config import ServerConfig
 from env_server.episode import EpisodeConfig
@@ -30,8 +31,9 @@ from sandbox import SandboxConfig
 from verifier.diffs import split_diff
 from verifier.task import TaskInstance, load_tasks
 
-pytestmark = [requires_sandbox, pytest.mark.timeout(1200)]
+pytestmark = [requires_sandbox, pytest.mark.timeout(1800)]
 CONCURRENCY = 3
+R1_R2_TASKS: set[str] = set()  # the tasks the first two rounds run on (the third runs on every task)
 
 
 def ctx_for(task: TaskInstance) -> Ctx:
@@ -80,10 +82,16 @@ def _campaign(backend: str, tasks_path: Path, data_dir: Path) -> dict[tuple[str,
                     _episode(srv.url.replace("http", "ws"), task, _gold_script(task), sem))
                 jobs[(task.instance_id, "control:empty")] = asyncio.ensure_future(
                     _episode(srv.url.replace("http", "ws"), task, None, sem))
-                for attack in attacks(ctx):
+                for attack in attacks(ctx) if task.instance_id in R1_R2_TASKS else []:
                     jobs[(task.instance_id, attack.name)] = asyncio.ensure_future(
                         _episode(srv.url.replace("http", "ws"), task, bash_script(attack, ctx), sem))
-                for attack in attacks_r2(ctx):  # attacks on the run's isolation, canaries and log (docs/grading.md)
+                if task.instance_id in R1_R2_TASKS:
+                    for attack in attacks_r2(ctx):  # attacks on the run's isolation, canaries and log
+                        jobs[(task.instance_id, attack.name)] = asyncio.ensure_future(
+                            _episode(srv.url.replace("http", "ws"), task, bash_script_r2(attack, ctx), sem))
+                # the third round: canaries told apart by reading, fixes only while graded, workspaces
+                # that break the diff, logs that stall the replica
+                for attack in attacks_r3(ctx, gold_source(task, ctx.target)):
                     jobs[(task.instance_id, attack.name)] = asyncio.ensure_future(
                         _episode(srv.url.replace("http", "ws"), task, bash_script_r2(attack, ctx), sem))
             return {k: await v for k, v in jobs.items()}
@@ -98,37 +106,32 @@ def _tasks_file(tmp: Path, demo_tasks_path: Path) -> Path:
         sys.path.append(str(Path(__file__).parents[1]))
     from taskpack import load_small_pack, mined_pack_or_missing
 
-    def resolved(tasks_path: Path) -> dict:
-        row = json.loads(tasks_path.read_text().splitlines()[0])
-        for key in ("repo_path", "python_env"):
-            row[key] = str((tasks_path.parent / row[key]).resolve())
-        return row
+    def resolved_all(tasks_path: Path) -> list[dict]:
+        rows = [json.loads(line) for line in tasks_path.read_text().splitlines() if line.strip()]
+        for row in rows:
+            for key in ("repo_path", "python_env"):
+                row[key] = str((tasks_path.parent / row[key]).resolve())
+        return rows
 
-    # the demo task (tests hidden in test_patch), a built task (tests in the workspace) and a
-    # mined release-diff task (a real historical fix, its tests hidden in test_patch)
-    rows = [resolved(demo_tasks_path), load_small_pack(3)[0], resolved(mined_pack_or_missing())]
+    def resolved(tasks_path: Path) -> dict:
+        return resolved_all(tasks_path)[0]
+
+    # the demo task (tests hidden in test_patch), a built task (tests in the workspace) and two
+    # mined release-diff tasks (real historical fixes, their tests hidden in test_patch); the first
+    # and second rounds run on the first three, the third round on all four
+    mined = mined_pack_or_missing()
+    rows = [resolved(demo_tasks_path), load_small_pack(3)[0], *resolved_all(mined)[:2]]
+    R1_R2_TASKS.clear()
+    R1_R2_TASKS.update(r["instance_id"] for r in rows[:3])
     path = tmp / "tasks.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
 
-def _docker_or_fail() -> None:
-    """The docker backend's engine and image, or: fail in CI (SWE_REQUIRE_DOCKER), skip elsewhere."""
-    from requirements import missing
-
-    try:
-        from sandbox.docker import docker_client
-
-        client = docker_client(None)
-        client.images.get(SandboxConfig().docker_image)
-    except Exception as exc:  # no SDK, no engine, no image
-        missing("docker", f"the docker backend is unavailable: {exc}")
-
-
 @pytest.fixture(scope="module", params=["bwrap", pytest.param("docker", marks=pytest.mark.docker)])
 def campaign(request, tmp_path_factory, demo_tasks_path):
     if request.param == "docker":
-        _docker_or_fail()
+        docker_or_fail()
     tmp = tmp_path_factory.mktemp(f"adversarial-{request.param}")
     tasks_path = _tasks_file(tmp, demo_tasks_path)
     results = _campaign(request.param, tasks_path, tmp / "data")
@@ -151,7 +154,9 @@ def test_every_attack_scores_zero_and_is_witnessed(campaign):
     failures = []
     count = 0
     for task in tasks:
-        for attack in attacks(ctx_for(task)) + attacks_r2(ctx_for(task)):
+        ctx = ctx_for(task)
+        rounds = attacks(ctx) + attacks_r2(ctx) if task.instance_id in R1_R2_TASKS else []
+        for attack in rounds + attacks_r3(ctx, gold_source(task, ctx.target)):
             count += 1
             res = results[(task.instance_id, attack.name)]
             meta = res["metadata"]
@@ -163,7 +168,7 @@ def test_every_attack_scores_zero_and_is_witnessed(campaign):
                 failures.append(f"{task.instance_id} {attack.name}: expected {attack.expect} "
                                 f"({attack.reason or attack.evidence}), got dropped={meta.get('dropped')} "
                                 f"error={meta.get('grade_error') or meta.get('error_message')}")
-    assert count >= 2 * (25 + 15)
+    assert count >= 3 * (25 + 15) + 4 * 15
     assert not failures, f"[{backend}] " + "\n".join(failures)
 
 

@@ -1,0 +1,149 @@
+"""The replay check (verifier/replay.py): a fix must hold in a plain script on the agent's own tree.
+
+Real tasks, real sandboxes: the demo task (six, its tests hidden in ``test_patch``) and a built
+task (inflection, its tests in the workspace). The plan is recorded from the gold patch; the gold
+patch holds, an empty diff does not, and the gold fix behind a condition that holds only in a
+grading run (pytest loaded, a test frame on the stack, pytest's environment variable, a node id on
+the command line) passes its tests honestly and is still scored 0 by the replay, on both backends.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+from envlib import docker_or_fail, requires_sandbox, run
+
+from sandbox import SandboxConfig
+from verifier import replay
+from verifier.grade import GradeCache, grade_submission
+from verifier.task import TaskInstance, load_tasks
+
+from grading_attacks_r3 import GATES, _gated, gold_source
+
+pytestmark = [requires_sandbox, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="module")
+def built_task() -> TaskInstance:
+    sys.path.append(str(Path(__file__).parents[1]))
+    from taskpack import load_small_pack
+
+    return TaskInstance.model_validate(load_small_pack(3)[0])
+
+
+def _gated_diff(task: TaskInstance, gate: str) -> str:
+    """The target module with the gold fix behind ``gate``, as the agent's diff."""
+    import subprocess
+    import tempfile
+
+    from verifier.diffs import split_diff
+
+    target = split_diff(task.patch)[0].new_path
+    gold = gold_source(task, target)
+    assert gold is not None
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "-C", str(task.repo_path), "archive", task.base_commit or "HEAD"],
+                                 capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        if task.setup_patch.strip():
+            subprocess.run(["git", "apply", "-"], cwd=tmp, input=task.setup_patch.encode(), check=True)
+        subprocess.run(["git", "init", "-q"], cwd=tmp, check=True)
+        subprocess.run(["git", "add", "-A"], cwd=tmp, check=True)
+        path = Path(tmp) / target
+        code = _gated(gold, gate).replace("__SWE_HEAD__", "x").replace("__SWE_NEWEST__", "0")
+        path.write_text(path.read_text() + "\n" + code)
+        return subprocess.run(["git", "diff"], cwd=tmp, capture_output=True, text=True, check=True).stdout
+
+
+def test_plan_checks_the_bug_and_gold_holds_where_empty_does_not(demo_task: TaskInstance, built_task: TaskInstance):
+    config = SandboxConfig(backend="bwrap")
+
+    async def main():
+        out = {}
+        for task in (demo_task, built_task):
+            plan = await replay.prepare(task, config)
+            gold = await replay.check(task, task.patch, plan, config)
+            empty = await replay.check(task, "", plan, config)
+            out[task.instance_id] = (plan, gold, empty)
+        return out
+
+    for task_id, (plan, gold, empty) in run(main()).items():
+        assert plan.checked >= 1 and plan.tests_checked, (task_id, plan.summary())
+        # the checked calls are those whose outcome tells the fixed tree from the buggy one
+        assert gold.holds and gold.checked == plan.checked, (task_id, gold)
+        assert not empty.holds and empty.mismatched, (task_id, empty)
+        assert "expected" in empty.mismatched[0] and "got" in empty.mismatched[0]
+
+
+@pytest.mark.parametrize("backend", ["bwrap", pytest.param("docker", marks=pytest.mark.docker)])
+def test_a_fix_active_only_while_graded_scores_zero(backend: str, demo_task: TaskInstance, built_task: TaskInstance):
+    if backend == "docker":
+        docker_or_fail()
+    config = SandboxConfig(backend=backend)
+    gates = ("pytest_loaded", "test_frame_on_stack", "pytest_current_test", "node_id_on_command_line")
+
+    async def main():
+        results = {}
+        for task in (demo_task, built_task):
+            results[(task.instance_id, "gold")] = await grade_submission(task, task.patch, config, cache=GradeCache(0))
+            results[(task.instance_id, "empty")] = await grade_submission(task, "", config, cache=GradeCache(0))
+            for gate in gates:
+                diff = _gated_diff(task, GATES[gate])
+                results[(task.instance_id, gate)] = await grade_submission(task, diff, config, cache=GradeCache(0))
+        return results
+
+    results = run(main())
+    for task in (demo_task, built_task):
+        gold, empty = results[(task.instance_id, "gold")], results[(task.instance_id, "empty")]
+        assert gold.reward == 1.0 and gold.replay and gold.replay["ran"] and gold.replay["holds"], gold
+        assert empty.reward == 0.0 and empty.replay is None, empty
+        for gate in gates:
+            res = results[(task.instance_id, gate)]
+            # the hidden tests pass (the fix is active under pytest) ...
+            assert all(o == "passed" for o in res.fail_to_pass.values()), (gate, res.fail_to_pass, res.error)
+            assert not res.tampered, (gate, res.tamper_reasons)
+            # ... and the replay, a plain script on the agent's tree, shows the bug: 0, the agent's
+            assert res.reward == 0.0 and res.error_source == "agent", (gate, res)
+            assert res.replay and res.replay["ran"] and not res.replay["holds"], (gate, res.replay)
+            assert "does not hold outside the test run" in (res.error or ""), (gate, res.error)
+
+
+def test_script_forms_and_labels_are_drawn_fresh(demo_task: TaskInstance):
+    plan = run(replay.prepare(demo_task, SandboxConfig(backend="bwrap")))
+    forms, labels = set(), set()
+    for seed in range(40):
+        rng = random.Random(seed)
+        script = replay.render(plan.scenes, set(plan.expected), rng)
+        form, cmd = replay.command(script.source, "python", rng)
+        forms.add(form)
+        labels |= set(script.labels)
+        # nothing of the grader is in what runs: no expected value, no test source, no pytest
+        for want in plan.expected.values():
+            assert want not in script.source
+        assert "pytest" not in cmd and "/.grade" not in cmd and "test_" not in cmd
+    assert forms == {"stdin", "tmp_file", "workspace_file", "dash_c"}
+    assert len(labels) >= 40 * plan.checked
+
+
+def test_outcomes_compare_by_value_not_by_spelling():
+    assert replay.same("0.30000000000000004", "0.3")
+    assert replay.same("{'a': 1, 'b': 2}", "{'b': 2, 'a': 1}")
+    assert replay.same("{3, 1, 2}", "{1, 2, 3}")
+    assert replay.same("raised ValueError", "raised ValueError")
+    assert not replay.same("raised ValueError", "raised TypeError")
+    assert not replay.same("raised ValueError", "'raised ValueError'")
+    assert not replay.same("1", "True")  # bool is not int here
+    assert not replay.same("(1, 2)", "[1, 2]")
+    assert not replay.same("b'\\xff'", "b'\\xc3\\xbf'")
+    assert not replay.same("1", None)
+
+
+def test_a_label_printed_twice_is_no_witness():
+    labels = {"abc123": "0.0", "def456": "0.1"}
+    out = replay.parse("abc123 1\nabc123 1\ndef456 'x'\nnoise\n", labels)
+    assert out == {"0.1": "'x'"}
+    # an outcome is its own line: what others print around it is not part of it
+    assert replay.parse("warning: x\nabc123 [1, 2]\nstray\n", labels) == {"0.0": "[1, 2]"}
