@@ -39,6 +39,8 @@ class ValidationRow(BaseModel):
     empty_reward: float | None = None
     error: str | None = Field(None, description="why a grading gave no usable reward")
     statement_error: str | None = Field(None, description="why the statement fails its check (--statements)")
+    replay: str | None = Field(None, description="the replay check of the gold patch (docs/grading.md, guarantee 8): "
+                               "calls checked and FAIL_TO_PASS tests covered, or why none")
     duration_s: float = 0.0
 
     @property
@@ -59,14 +61,14 @@ class ValidationReport(BaseModel):
     def table(self) -> str:
         """A fixed-width table, one line per task, and a closing 'N passed, N failed' line."""
         width = max([len("instance_id")] + [len(r.instance_id) for r in self.rows])
-        head = f"{'instance_id':<{width}}  gold  empty  ok   secs  error"
+        head = f"{'instance_id':<{width}}  gold  empty  ok   secs  replay                  error"
         lines = [head, "-" * len(head)]
         for r in self.rows:
             g = "-" if r.gold_reward is None else f"{r.gold_reward:.2f}"
             e = "-" if r.empty_reward is None else f"{r.empty_reward:.2f}"
             why = "; ".join(filter(None, [r.error, r.statement_error and f"statement: {r.statement_error}"]))
             lines.append(f"{r.instance_id:<{width}}  {g:>4}  {e:>5}  {'yes' if r.ok else 'NO':<3} "
-                         f"{r.duration_s:5.1f}  {why}".rstrip())
+                         f"{r.duration_s:5.1f}  {(r.replay or '-')[:22]:<22}  {why}".rstrip())
         good = sum(r.ok for r in self.rows)
         lines.append(f"validate ({self.backend}): {good} passed, {len(self.rows) - good} failed")
         return "\n".join(lines)
@@ -88,11 +90,12 @@ async def validate_file(path: str | Path, backend: Backend = "bwrap", concurrenc
     async def one(task) -> ValidationRow:
         async with sem:
             t0 = time.monotonic()
+            replayed = None
             try:
                 if backend == "host":
                     gold, empty, err = await asyncio.to_thread(_host_pair, task)
                 else:
-                    gold, empty, err = await _grading_pair(task, backend, sandbox_config)
+                    gold, empty, err, replayed = await _grading_pair(task, backend, sandbox_config)
             except Exception as exc:  # one broken task must not hide the others' results
                 gold, empty, err = None, None, f"{type(exc).__name__}: {exc}"
             statement_error = None
@@ -102,13 +105,15 @@ async def validate_file(path: str | Path, backend: Backend = "bwrap", concurrenc
                 except Exception as exc:
                     statement_error = f"{type(exc).__name__}: {exc}"
             return ValidationRow(instance_id=task.instance_id, gold_reward=gold, empty_reward=empty, error=err,
-                                 statement_error=statement_error, duration_s=round(time.monotonic() - t0, 2))
+                                 statement_error=statement_error, replay=replayed,
+                                 duration_s=round(time.monotonic() - t0, 2))
 
     rows = await asyncio.gather(*(one(t) for t in tasks))
     return ValidationReport(backend=backend, rows=list(rows), duration_s=round(time.monotonic() - start, 2))
 
 
-async def _grading_pair(task, backend: str, sandbox_config) -> tuple[float | None, float | None, str | None]:
+async def _grading_pair(task, backend: str, sandbox_config
+                        ) -> tuple[float | None, float | None, str | None, str | None]:
     from sandbox.models import SandboxConfig
     from verifier import GradeCache, grade_submission
 
@@ -125,7 +130,17 @@ async def _grading_pair(task, backend: str, sandbox_config) -> tuple[float | Non
         errors.append(f"empty diff passes: its {len(empty.fail_to_pass)} FAIL_TO_PASS test(s) pass without a fix")
     if empty.error_source == "infra":
         errors.append(f"empty: {empty.error}")
-    return gold.reward, empty.reward, "; ".join(errors) or None
+    return gold.reward, empty.reward, "; ".join(errors) or None, replay_summary(gold.replay)
+
+
+def replay_summary(replay: dict | None) -> str | None:
+    """``"4 calls, 3 tests"`` (checked calls, FAIL_TO_PASS tests with one), or ``"none: why"``."""
+    if not replay:
+        return None
+    if replay.get("ran"):
+        return (f"{replay.get('checked_calls', 0)} calls, {replay.get('tests_checked', 0)} tests"
+                + ("" if replay.get("holds") else " FAILS"))
+    return f"none: {replay.get('reason', '')}"
 
 
 _WHY = {"missing": "missing (the log never names it)", "failed": "failed", "error": "error",

@@ -37,6 +37,7 @@ import hashlib
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import threading
 import unicodedata
@@ -52,6 +53,7 @@ _RUNNER_CONFIG = re.compile(r"(^|/)(pytest\.ini|\.pytest\.ini|tox\.ini|setup\.cf
 # package with one of these names anywhere could be imported instead of the real one.
 RUNNER_MODULES = ("pytest", "_pytest", "pluggy", "py", "iniconfig", "sitecustomize", "usercustomize")
 _SHADOW = re.compile(r"(^|/)(%s)(\.py|/)" % "|".join(re.escape(m) for m in RUNNER_MODULES))
+STDLIB_MODULES = frozenset(m.lower() for m in sys.stdlib_module_names)
 _STARTUP = re.compile(r"\.pth$|(^|/)[^/]+\.(dist-info|egg-info|egg-link)(/|$)")
 
 DEV_NULL = "/dev/null"
@@ -468,6 +470,9 @@ def drop_reason(block: FileDiff, protected: set[str] = frozenset(), runner: tupl
         return "shadows the test runner"
     if any(_STARTUP.search(p) for p in folded):
         return "interpreter start-up or package metadata"
+    if block.old_path == DEV_NULL and "/" not in block.new_path and block.new_path.endswith(".py") \
+            and fold(block.new_path)[:-3] in STDLIB_MODULES:
+        return "shadows the standard library"  # a new `itertools.py` at the root: imported first from there
     guarded = {fold(p) for p in protected}
     if any(_TEST_NAME.search(p) or p in guarded for p in folded):
         return "test file"

@@ -93,6 +93,7 @@ class ReplayPlan:
     tests_recorded: int = 0
     tests_checked: list[str] = field(default_factory=list)  # FAIL_TO_PASS tests with a checked call
     reason: str = ""  # why nothing is checked
+    python: str = "python"  # the interpreter's name an agent's command uses in this task's sandbox
 
     @property
     def checked(self) -> int:
@@ -174,7 +175,7 @@ def render(plan_scenes: list[Scene], printed: set[str] | None, rng: random.Rando
             line = imp if imp.startswith("from ") else f"import {imp}"
             if line not in imports:
                 imports.append(line)
-    lines = ["import itertools"] + sorted(imports, key=lambda s: (s.startswith("from "), s))
+    lines = sorted(imports, key=lambda s: (s.startswith("from "), s))
     labels: dict[str, str] = {}
     width = 6
     used: set[str] = set()
@@ -218,7 +219,7 @@ def render(plan_scenes: list[Scene], printed: set[str] | None, rng: random.Rando
                 if show:
                     value = target
                     if event.get("iterator") and event.get("var") not in later_uses:
-                        value = f"list(itertools.islice({target}, 1000))"
+                        value = f"[x for _, x in zip(range(1000), {target})]"
                     body.append(f"print({label!r}, repr({value}), flush=True)")
             else:
                 body.append(expr)
@@ -412,7 +413,7 @@ async def expect(task: TaskInstance, scenes: list[Scene], config: SandboxConfig)
     script = render(scenes, None, rng)
     sb = await open_sandbox(task.workspace_spec(), config)
     try:
-        python = await _python(sb)
+        python = plan.python = await _python(sb)
         _, buggy, _ = await _run_script(sb, script, python, rng, RUN_TIMEOUT_S)
         await _apply(sb, task.patch)
         _, fixed1, _ = await _run_script(sb, script, python, rng, RUN_TIMEOUT_S)
@@ -443,7 +444,7 @@ async def _drifted(task: TaskInstance, plan: ReplayPlan, script: Script, keys: l
     sb = await open_sandbox(task.workspace_spec(), config)
     try:
         await _apply(sb, task.patch)
-        _, now, error = await _run_script(sb, script, await _python(sb), random.Random(), timeout_s)
+        _, now, error = await _run_script(sb, script, plan.python, random.Random(), timeout_s)
     finally:
         await sb.close()
     if error:
@@ -501,21 +502,25 @@ PLANS = PlanCache()
 
 
 async def check(task: TaskInstance, agent_diff: str, plan: ReplayPlan, config: SandboxConfig,
-                timeout_s: float = RUN_TIMEOUT_S) -> ReplayResult:
-    """Replay the checked calls on the agent's tree (template + ``agent_diff``) as a plain script."""
+                timeout_s: float = RUN_TIMEOUT_S, go: asyncio.Event | None = None) -> ReplayResult:
+    """Replay the checked calls on the agent's tree (template + ``agent_diff``) as a plain script.
+
+    ``go``: the sandbox is started and the diff applied at once, the script runs once it is set (the
+    grader sets it when the submission's tests passed, and cancels the check otherwise)."""
     started = time.perf_counter()
     rng = random.Random(secrets.randbits(64))
-    printed = set(plan.expected)
-    script = render(plan.scenes, printed, rng)
+    script = render(plan.scenes, set(plan.expected), rng)
     sb = await open_sandbox(task.workspace_spec(), config)
     try:
         try:
             await _apply(sb, agent_diff)
         except ArgumentError:
             return ReplayResult(checked=plan.checked, error="the submitted diff does not apply")
-        python = await _python(sb)
+        if go is not None:
+            await go.wait()
+            started = time.perf_counter()
         try:
-            form, got, error = await _run_script(sb, script, python, rng, timeout_s)
+            form, got, error = await _run_script(sb, script, plan.python, rng, timeout_s)
         except SandboxError as exc:  # only the submission's code ran in it: the agent's
             form, got, error = "", {}, f"the sandbox failed during the replay: {exc}"
     finally:
