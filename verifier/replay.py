@@ -94,6 +94,7 @@ class ReplayPlan:
     tests_checked: list[str] = field(default_factory=list)  # FAIL_TO_PASS tests with a checked call
     reason: str = ""  # why nothing is checked
     python: str = "python"  # the interpreter's name an agent's command uses in this task's sandbox
+    risky: set[str] = field(default_factory=set)  # events that raised on the fixed or the buggy tree
 
     @property
     def checked(self) -> int:
@@ -164,11 +165,65 @@ def _usable(scene_events: list[dict]) -> list[dict]:
 class Script:
     source: str
     labels: dict[str, str]  # label -> event key
+    stream: str = "flush"  # how the output stays one line per outcome: "flush", "stderr_null" or "unbuffered"
 
 
-def render(plan_scenes: list[Scene], printed: set[str] | None, rng: random.Random) -> Script:
-    """One plain script running every scene in order; each event in ``printed`` (None: all) prints its
-    outcome after a fresh label. Variables get fresh names per scene."""
+@dataclass(frozen=True)
+class Style:
+    """How one script is written, drawn afresh for each replay from the ways agents write theirs."""
+
+    labels: Literal["hex", "expression", "step", "case"] = "hex"
+    printer: Literal["args", "fstring", "ascii"] = "args"
+    stream: Literal["flush", "stderr_null", "unbuffered"] = "flush"
+    guard: Literal["all", "risky"] = "all"  # try/except around every call, or around those that may raise
+    names: Literal["v", "obj", "r", "x", "res"] = "v"
+
+    @classmethod
+    def draw(cls, rng: random.Random) -> "Style":
+        return cls(labels=rng.choice(["hex", "expression", "step", "case"]),
+                   printer=rng.choice(["args", "fstring", "ascii"]),
+                   stream=rng.choice(["flush", "stderr_null", "unbuffered"]),
+                   guard=rng.choice(["all", "risky"]), names=rng.choice(["v", "obj", "r", "x", "res"]))
+
+
+def _label(style: Style, expr: str, n: int, rng: random.Random, used: set[str]) -> str:
+    if style.labels == "hex":
+        label = ""
+        while not label or label in used:
+            label = "".join(rng.choice("0123456789abcdef") for _ in range(6))
+        return label
+    if style.labels == "expression":
+        text = re.sub(r"\s+", " ", expr)
+        text = (text if len(text) <= 48 else text[:45] + "...") + ":"
+        label, k = text, 2
+        while label in used:
+            label, k = f"{text[:-1]} [{k}]:", k + 1
+        return label
+    return f"{n}." if style.labels == "step" else f"case {n}:"
+
+
+def _printed(style: Style, label: str, value: str | None, raised: bool = False) -> str:
+    """A print statement showing ``label`` and ``value`` (an expression), or the exception ``e``'s class."""
+    flush = ", flush=True" if style.stream == "flush" else ""
+    if raised:
+        if style.printer == "fstring" and "{" not in label and "}" not in label:
+            return f"print(f{(label + ' raised {type(e).__name__}')!r}{flush})"
+        return f"print({label!r}, 'raised', type(e).__name__{flush})"
+    if value is None:
+        return f"print({label!r}, None{flush})"
+    if style.printer == "fstring" and "{" not in label and "}" not in label:
+        return f"print(f{(label + ' {' + value + '!r}')!r}{flush})"
+    shown = f"ascii({value})" if style.printer == "ascii" else f"repr({value})"
+    return f"print({label!r}, {shown}{flush})"
+
+
+def render(plan_scenes: list[Scene], printed: set[str] | None, rng: random.Random, style: Style | None = None,
+           risky: set[str] | None = None) -> Script:
+    """One plain script running every scene in order, written in ``style`` (default: the plain one the
+    host uses to make plans); each event in ``printed`` (None: all) prints its outcome after a label.
+    ``risky``: the events that raised on the fixed or the buggy tree (the others need no ``try`` under
+    the ``risky`` guard; a few get one anyway)."""
+    style = style or Style()
     imports: list[str] = []
     for scene in plan_scenes:
         for imp in scene.imports:
@@ -177,19 +232,17 @@ def render(plan_scenes: list[Scene], printed: set[str] | None, rng: random.Rando
                 imports.append(line)
     lines = sorted(imports, key=lambda s: (s.startswith("from "), s))
     labels: dict[str, str] = {}
-    width = 6
     used: set[str] = set()
+    shown = 0
     for s, scene in enumerate(plan_scenes):
         lines.append("")
         for _, source in scene.defs:
             lines += source.splitlines() + [""]
-        prefix = rng.choice("abcdefghjkmnpqrstuwxyz") + str(s)
-        rename = {}
-        later_uses = {}
+        prefix = f"{style.names}{s + 1}" if len(plan_scenes) > 1 else style.names
+        rename: dict[str, str] = {}
+        later_uses = set()
         for event in scene.events:
-            text = json.dumps([event.get("self", ""), event["args"], event["kwargs"]])
-            for var in re.findall(r"\bv\d+\b", text):
-                later_uses[var] = True
+            later_uses |= set(re.findall(r"\bv\d+\b", json.dumps([event.get("self", ""), event["args"], event["kwargs"]])))
         for i, event in enumerate(scene.events):
             key = f"{s}.{i}"
 
@@ -204,13 +257,13 @@ def render(plan_scenes: list[Scene], printed: set[str] | None, rng: random.Rando
             show = printed is None or key in printed
             label = ""
             if show:
-                while not label or label in used:
-                    label = "".join(rng.choice("0123456789abcdef") for _ in range(width))
+                shown += 1
+                label = _label(style, expr, shown, rng, used)
                 used.add(label)
                 labels[label] = key
             var = None
             if event.get("var"):
-                var = f"{prefix}_{event['var']}"
+                var = f"{prefix}_{event['var'][1:]}" if len(plan_scenes) > 1 else f"{prefix}{event['var'][1:]}"
                 rename[event["var"]] = var
             body: list[str] = []
             if has_value:
@@ -220,27 +273,39 @@ def render(plan_scenes: list[Scene], printed: set[str] | None, rng: random.Rando
                     value = target
                     if event.get("iterator") and event.get("var") not in later_uses:
                         value = f"[x for _, x in zip(range(1000), {target})]"
-                    body.append(f"print({label!r}, repr({value}), flush=True)")
+                    body.append(_printed(style, label, value))
             else:
                 body.append(expr)
                 if show:
-                    body.append(f"print({label!r}, 'None', flush=True)")
+                    body.append(_printed(style, label, None))
+            guarded = style.guard == "all" or risky is None or key in risky or rng.random() < 0.2
+            if not guarded:
+                lines += body
+                continue
             lines.append("try:")
             lines += ["    " + b for b in body]
             lines.append("except Exception as e:")
-            lines.append(f"    print({label!r}, 'raised', type(e).__name__, flush=True)" if show else "    pass")
-    return Script(source="\n".join(lines) + "\n", labels=labels)
+            lines.append("    " + (_printed(style, label, None, raised=True) if show else "pass"))
+    return Script(source="\n".join(lines) + "\n", labels=labels, stream=style.stream)
 
 
 def parse(output: str, labels: dict[str, str]) -> dict[str, str]:
-    """``{event key: printed outcome}``: the rest of the line after each label. A label printed twice
-    (by whatever printed it) is ambiguous and left out; a checked outcome is a literal or an exception's
-    name, always one line."""
+    """``{event key: printed outcome}``: the rest of the line after each label (the longest label a line
+    starts with). A label printed twice (by whatever printed it) is ambiguous and left out; a checked
+    outcome is a literal or an exception's name, always one line."""
+    by_head: dict[str, list[str]] = {}
+    for lab in labels:
+        by_head.setdefault(lab[:6], []).append(lab)
+    for group in by_head.values():
+        group.sort(key=len, reverse=True)
+    heads = sorted({len(h) for h in by_head}, reverse=True)
     seen: dict[str, list[str]] = {}
     for line in output.split("\n"):
-        head, _, rest = line.partition(" ")
-        if head in labels:
-            seen.setdefault(head, []).append(rest.rstrip("\r"))
+        for n in heads:
+            found = next((lab for lab in by_head.get(line[:n], ()) if line.startswith(lab + " ")), None)
+            if found is not None:
+                seen.setdefault(found, []).append(line[len(found) + 1:].rstrip("\r"))
+                break
     return {labels[lab]: vals[0].rstrip() for lab, vals in seen.items() if len(vals) == 1}
 
 
@@ -291,21 +356,26 @@ Form = Literal["stdin", "tmp_file", "workspace_file", "dash_c"]
 _NAMES = ("reproduce", "repro", "check", "debug", "verify", "scratch", "try_fix", "demo", "example", "issue")
 
 
-def command(source: str, python: str, rng: random.Random) -> tuple[str, str]:
-    """A shell command running ``source`` the way an agent's command does: (form, command)."""
+def command(source: str, python: str, rng: random.Random, stream: str = "flush") -> tuple[str, str]:
+    """A shell command running ``source`` the way an agent's command does: (form, command). ``stream``:
+    ``unbuffered`` runs ``python -u``, ``stderr_null`` drops stderr (``2>/dev/null``)."""
     form = rng.choice(["stdin", "tmp_file", "workspace_file", "dash_c"])
+    if stream == "unbuffered":
+        python += " -u"
+    redirect = " 2>/dev/null" if stream == "stderr_null" else ""
     name = rng.choice(_NAMES) + rng.choice(["", "", "_2", "_bug"]) + ".py"
     delim = rng.choice(["EOF", "PY", "END", "PYEOF"])
     while any(line.strip() == delim for line in source.splitlines()):
         delim += "X"
     cd = rng.choice(["", "cd /workspace && "])
     if form == "stdin":
-        return form, f"{cd}{python} - <<'{delim}'\n{source}{delim}"
+        return form, f"{cd}{python} -{redirect} <<'{delim}'\n{source}{delim}"
     if form == "tmp_file":
-        return form, f"cat > /tmp/{name} <<'{delim}'\n{source}{delim}\n{cd}{python} /tmp/{name}"
+        return form, f"cat > /tmp/{name} <<'{delim}'\n{source}{delim}\n{cd}{python} /tmp/{name}{redirect}"
     if form == "workspace_file":
-        return form, f"cd /workspace && cat > {name} <<'{delim}'\n{source}{delim}\n{python} {name}; rm -f {name}"
-    return form, f"{cd}{python} -c {shlex.quote(source)}"
+        return form, (f"cd /workspace && cat > {name} <<'{delim}'\n{source}{delim}\n{python} {name}{redirect}; "
+                      f"rm -f {name}")
+    return form, f"{cd}{python} -c {shlex.quote(source)}{redirect}"
 
 
 async def _python(sb: Sandbox) -> str:
@@ -314,8 +384,11 @@ async def _python(sb: Sandbox) -> str:
 
 
 async def _run_script(sb: Sandbox, script: Script, python: str, rng: random.Random,
-                      timeout_s: float) -> tuple[str, dict[str, str], str | None]:
-    form, cmd = command(script.source, python, rng)
+                      timeout_s: float, env: str = "") -> tuple[str, dict[str, str], str | None]:
+    """Run ``script`` in ``sb``'s shell (``env``: assignments for the host's own runs only)."""
+    form, cmd = command(script.source, python, rng, script.stream)
+    if env:
+        cmd = f"export {env}\n{cmd}"
     res = await sb.run(cmd, timeout_s=timeout_s)
     error = None if res.status in (CommandStatus.ok, CommandStatus.nonzero_exit) else f"the script ended: {res.status.value}"
     return form, parse(res.output, script.labels), error
@@ -404,8 +477,14 @@ async def record(task: TaskInstance, config: SandboxConfig) -> tuple[list[Scene]
     return scenes, len(data.get("scenes", {})), "" if scenes else "no call of the tests could be recorded"
 
 
+FIXED_RUNS = 4  # runs of the fixed tree when a plan is made, each under another hash seed
+DRIFT_RUNS = 3  # runs of the fixed tree before a fix is failed
+
+
 async def expect(task: TaskInstance, scenes: list[Scene], config: SandboxConfig) -> ReplayPlan:
-    """Run the scenes on the buggy tree and twice on the fixed one; keep the calls that tell them apart."""
+    """Run the scenes on the buggy tree once and on the fixed one ``FIXED_RUNS`` times (under distinct
+    hash seeds, so an order that follows string hashing shows itself); keep the calls whose fixed
+    outcome never varies and tells the fixed tree from the buggy one."""
     plan = ReplayPlan(scenes=scenes, tests_recorded=len(scenes))
     if not scenes:
         return plan
@@ -416,14 +495,15 @@ async def expect(task: TaskInstance, scenes: list[Scene], config: SandboxConfig)
         python = plan.python = await _python(sb)
         _, buggy, _ = await _run_script(sb, script, python, rng, RUN_TIMEOUT_S)
         await _apply(sb, task.patch)
-        _, fixed1, _ = await _run_script(sb, script, python, rng, RUN_TIMEOUT_S)
-        _, fixed2, _ = await _run_script(sb, script, python, rng, RUN_TIMEOUT_S)
+        fixed = [(await _run_script(sb, script, python, rng, RUN_TIMEOUT_S, env=f"PYTHONHASHSEED={n + 1}"))[1]
+                 for n in range(FIXED_RUNS)]
     finally:
         await sb.close()
+    plan.risky = {key for run in [buggy, *fixed] for key, out in run.items() if out.startswith("raised ")}
     total = 0
     checked_tests: set[str] = set()
-    for key, out in fixed1.items():
-        if fixed2.get(key) != out or len(out) > MAX_OUTPUT_CHARS or _value(out)[0] == "opaque":
+    for key, out in fixed[0].items():
+        if any(run.get(key) != out for run in fixed[1:]) or len(out) > MAX_OUTPUT_CHARS or _value(out)[0] == "opaque":
             continue
         if same(out, buggy.get(key)):
             continue
@@ -440,16 +520,19 @@ async def expect(task: TaskInstance, scenes: list[Scene], config: SandboxConfig)
 
 async def _drifted(task: TaskInstance, plan: ReplayPlan, script: Script, keys: list[str], config: SandboxConfig,
                    timeout_s: float) -> set[str]:
-    """Which of ``keys`` the fixed tree no longer prints as the plan expects."""
+    """Which of ``keys`` the fixed tree does not print as the plan expects, in any of ``DRIFT_RUNS`` runs."""
     sb = await open_sandbox(task.workspace_spec(), config)
+    drifted: set[str] = set()
     try:
         await _apply(sb, task.patch)
-        _, now, error = await _run_script(sb, script, plan.python, random.Random(), timeout_s)
+        for _ in range(DRIFT_RUNS):
+            _, now, error = await _run_script(sb, script, plan.python, random.Random(), timeout_s)
+            if error:
+                break
+            drifted |= {key for key in keys if not same(plan.expected[key], now.get(key))}
     finally:
         await sb.close()
-    if error:
-        return set()
-    return {key for key in keys if not same(plan.expected[key], now.get(key))}
+    return drifted
 
 
 def _plan_key(task: TaskInstance) -> str:
@@ -502,14 +585,16 @@ PLANS = PlanCache()
 
 
 async def check(task: TaskInstance, agent_diff: str, plan: ReplayPlan, config: SandboxConfig,
-                timeout_s: float = RUN_TIMEOUT_S, go: asyncio.Event | None = None) -> ReplayResult:
+                timeout_s: float = RUN_TIMEOUT_S, go: asyncio.Event | None = None,
+                style: Style | None = None) -> ReplayResult:
     """Replay the checked calls on the agent's tree (template + ``agent_diff``) as a plain script.
 
     ``go``: the sandbox is started and the diff applied at once, the script runs once it is set (the
-    grader sets it when the submission's tests passed, and cancels the check otherwise)."""
+    grader sets it when the submission's tests passed, and cancels the check otherwise). ``style``: drawn
+    at random unless given."""
     started = time.perf_counter()
     rng = random.Random(secrets.randbits(64))
-    script = render(plan.scenes, set(plan.expected), rng)
+    script = render(plan.scenes, set(plan.expected), rng, style or Style.draw(rng), plan.risky)
     sb = await open_sandbox(task.workspace_spec(), config)
     try:
         try:

@@ -115,6 +115,13 @@ class Recorder:
             return None
         if module == "builtins":
             return qual
+        if module.startswith("_") and module[1:] in sys.stdlib_module_names:
+            try:  # _operator.add is operator.add, as an agent writes it
+                public = importlib.import_module(module[1:])
+                if getattr(public, qual, None) is obj:
+                    module = module[1:]
+            except ImportError:
+                pass
         top = module.split(".")[0]
         mod_file = getattr(sys.modules.get(module), "__file__", None) or ""
         if top not in sys.stdlib_module_names and not in_code(mod_file):

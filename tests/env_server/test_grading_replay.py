@@ -128,6 +128,30 @@ def test_script_forms_and_labels_are_drawn_fresh(demo_task: TaskInstance):
     assert len(labels) >= 40 * plan.checked
 
 
+def test_every_style_of_script_holds_for_gold_and_not_for_the_bug(built_task: TaskInstance):
+    """The script is written each time in a style drawn from the ways agents write theirs; none of
+    them changes what it shows: gold holds and the buggy tree does not, in each."""
+    config = SandboxConfig(backend="bwrap")
+
+    async def main():
+        plan = await replay.prepare(built_task, config)
+        out = []
+        for n, (labels, printer) in enumerate(
+                [(lab, pr) for lab in ("hex", "expression", "step", "case") for pr in ("args", "fstring", "ascii")]):
+            style = replay.Style(labels=labels, printer=printer, stream=("flush", "stderr_null", "unbuffered")[n % 3],
+                                 guard=("all", "risky")[n % 2], names=("v", "obj", "r", "x", "res")[n % 5])
+            gold = await replay.check(built_task, built_task.patch, plan, config, style=style)
+            empty = await replay.check(built_task, "", plan, config, style=style)
+            out.append((style, gold, empty))
+        return plan, out
+
+    plan, out = run(main())
+    assert plan.checked
+    for style, gold, empty in out:
+        assert gold.holds and gold.checked == plan.checked, (style, gold)
+        assert not empty.holds, (style, empty)
+
+
 def test_outcomes_compare_by_value_not_by_spelling():
     assert replay.same("0.30000000000000004", "0.3")
     assert replay.same("{'a': 1, 'b': 2}", "{'b': 2, 'a': 1}")
