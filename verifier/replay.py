@@ -50,6 +50,7 @@ from sandbox.base import Sandbox
 from sandbox.models import CommandStatus
 
 from .diffs import is_test_path, split_diff
+from .runner_config import runner_config
 from .task import TaskInstance
 
 REPLAY_VERSION = "1"
@@ -443,11 +444,14 @@ async def record(task: TaskInstance, config: SandboxConfig) -> tuple[list[Scene]
         return [], 0, "the gold patch changes no module outside the tests"
     workdir = task.workdir if task.image_resident else None
     workspaces = ["/workspace"] + ([workdir] if workdir else [])
+    runner = await asyncio.to_thread(runner_config, task, config)
     sb = await open_sandbox(task.workspace_spec(), config)
     try:
         await _apply(sb, task.patch)
         if task.test_patch.strip():
             await _apply(sb, task.test_patch)
+        if runner.dropped_options:  # the pytest configuration the graded run has (grade.py)
+            await sb.write_file("pytest.ini", runner.ini.encode())
         out = ".swe-rec-out.json"
         settings = {"roots": [f"{w}/{r}" for w in workspaces for r in roots], "tests": list(task.FAIL_TO_PASS),
                     "workspaces": workspaces, "out": f"/workspace/{out}", "max_events": MAX_EVENTS}
@@ -456,14 +460,15 @@ async def record(task: TaskInstance, config: SandboxConfig) -> tuple[list[Scene]
         python = await _python(sb)
         selected = " ".join(shlex.quote(t) for t in dict.fromkeys(task.FAIL_TO_PASS))
         res = await sb.run(f"cd /workspace && SWE_RECORD_CONFIG={REC_DIR}/settings.json PYTHONPATH={REC_DIR} "
-                           f"{python} -m pytest -p swe_replay_recorder -p no:cacheprovider -q {selected} "
-                           f">/dev/null 2>&1; echo done", timeout_s=600)
+                           f"{python} -m pytest -p swe_replay_recorder -p no:cacheprovider -q {selected} 2>&1 "
+                           f"| tail -c 2000; echo", timeout_s=600)
         if not res.ok:
             return [], 0, f"the recording run failed: {res.status.value}"
         try:
             data = json.loads(await sb.read_file(out))
         except (PathError, ValueError) as exc:
-            return [], 0, f"the recording run wrote no recording ({type(exc).__name__})"
+            tail = res.output.strip().splitlines()[-3:]
+            return [], 0, f"the recording run wrote no recording ({type(exc).__name__}): {' | '.join(tail)[-300:]}"
     finally:
         await sb.close()
     scenes = []
