@@ -61,6 +61,7 @@ MAX_OUTPUT_CHARS = 2000  # a checked call's printed outcome, at most (larger one
 MAX_CHECKED_CHARS = 24_000  # printed by one replay in all, well under a command's output limit
 RUN_TIMEOUT_S = 120.0
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_HANDLE = re.compile("\x00v(\\d+)\x00")  # an earlier result, as the recorder writes it (NUL: never in a repr)
 
 
 class ReplayResult(BaseModel):
@@ -145,6 +146,12 @@ def _expression(event: dict) -> tuple[str, bool]:
     return f"{this}.{attr}({_call_args(event)})", True
 
 
+def _handles(event: dict) -> list[str]:
+    """The earlier results an event uses."""
+    text = "\x01".join([event.get("self", ""), *event["args"], *event["kwargs"].values()])
+    return [m.group(0) for m in _HANDLE.finditer(text)]
+
+
 def _usable(scene_events: list[dict]) -> list[dict]:
     """The events that can run: each variable they need is made by an earlier kept event."""
     made: set[str] = set()
@@ -152,8 +159,7 @@ def _usable(scene_events: list[dict]) -> list[dict]:
     for event in scene_events:
         if "dropped" in event:
             continue
-        text = json.dumps([event.get("self", ""), event["args"], event["kwargs"]])
-        needs = set(re.findall(r"\bv\d+\b", text))
+        needs = set(_handles(event))
         if needs - made:
             continue
         kept.append(event)
@@ -243,12 +249,12 @@ def render(plan_scenes: list[Scene], printed: set[str] | None, rng: random.Rando
         rename: dict[str, str] = {}
         later_uses = set()
         for event in scene.events:
-            later_uses |= set(re.findall(r"\bv\d+\b", json.dumps([event.get("self", ""), event["args"], event["kwargs"]])))
+            later_uses |= set(_handles(event))
         for i, event in enumerate(scene.events):
             key = f"{s}.{i}"
 
             def sub(text: str) -> str:
-                return re.sub(r"\bv(\d+)\b", lambda m: rename.get(m.group(0), m.group(0)), text)
+                return _HANDLE.sub(lambda m: rename.get(m.group(0), m.group(0)), text)
 
             ev = dict(event, args=[sub(a) for a in event["args"]],
                       kwargs={k: sub(v) for k, v in event["kwargs"].items()})
@@ -264,7 +270,8 @@ def render(plan_scenes: list[Scene], printed: set[str] | None, rng: random.Rando
                 labels[label] = key
             var = None
             if event.get("var"):
-                var = f"{prefix}_{event['var'][1:]}" if len(plan_scenes) > 1 else f"{prefix}{event['var'][1:]}"
+                n = _HANDLE.fullmatch(event["var"]).group(1)  # type: ignore[union-attr]
+                var = f"{prefix}_{n}" if len(plan_scenes) > 1 else f"{prefix}{n}"
                 rename[event["var"]] = var
             body: list[str] = []
             if has_value:
@@ -628,7 +635,8 @@ async def check(task: TaskInstance, agent_diff: str, plan: ReplayPlan, config: S
     for key in missed:
         event = plan.scenes[int(key.split(".")[0])].events[int(key.split(".")[1])]
         shown = got.get(key)
-        wrong.append(f"{_expression(event)[0][:120]}: expected {plan.expected[key][:80]}, got "
+        call = _HANDLE.sub(lambda m: "v" + m.group(1), _expression(event)[0])
+        wrong.append(f"{call[:120]}: expected {plan.expected[key][:80]}, got "
                      f"{'nothing' if shown is None else shown[:80]}")
     return ReplayResult(checked=plan.checked, mismatched=wrong[:5], form=form, error=error if wrong else None,
                         duration_s=round(time.perf_counter() - started, 3))

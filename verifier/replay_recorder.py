@@ -312,7 +312,7 @@ class Recorder:
                 self.tainted[id(result)] = result
             return
         if not _immutable(result) or kind == "new":
-            var = f"v{len(self.handles) + 1}"
+            var = f"\0v{len(self.handles) + 1}\0"  # NUL never occurs in source a repr wrote
             self.handles[id(result)] = (result, var)
             event["var"] = var
             event["iterator"] = (kind != "new" and hasattr(result, "__next__")
