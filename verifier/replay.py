@@ -50,6 +50,7 @@ from sandbox.base import Sandbox
 from sandbox.models import CommandStatus
 
 from .diffs import is_test_path, split_diff
+from .replay_tests import SHIM, TestScript, plain
 from .runner_config import runner_config
 from .task import TaskInstance
 
@@ -97,13 +98,17 @@ class ReplayPlan:
     reason: str = ""  # why nothing is checked
     python: str = "python"  # the interpreter's name an agent's command uses in this task's sandbox
     risky: set[str] = field(default_factory=set)  # events that raised on the fixed or the buggy tree
+    # hidden tests made plain (replay_tests.py), run in a process of their own after the calls' process
+    test_blocks: list[TestScript] = field(default_factory=list)
+    tests_expected: dict[str, str] = field(default_factory=dict)  # "t<module>.<test id>" -> "'passed'"
 
     @property
     def checked(self) -> int:
-        return len(self.expected)
+        return len(self.expected) + len(self.tests_expected)
 
     def summary(self) -> dict[str, Any]:
-        return {"checked_calls": self.checked, "tests_recorded": self.tests_recorded,
+        return {"checked_calls": len(self.expected), "plain_tests": len(self.tests_expected),
+                "tests_recorded": self.tests_recorded,
                 "tests_checked": len(self.tests_checked), **({"reason": self.reason} if self.reason else {})}
 
 
@@ -297,6 +302,37 @@ def render(plan_scenes: list[Scene], printed: set[str] | None, rng: random.Rando
     return Script(source="\n".join(lines) + "\n", labels=labels, stream=style.stream)
 
 
+PASSED = "'passed'"  # what a plain test prints when it ran to its end
+
+
+def render_tests(blocks: list[TestScript], printed: set[str] | None, rng: random.Random,
+                 style: Style | None = None) -> Script:
+    """The hidden tests made plain (``replay_tests.py``) as one script: the stand-in for pytest's helpers,
+    then each module and a call of each of its tests, which prints ``'passed'`` or what it raised.
+    Keys: ``t<module>:<test id>``."""
+    style = style or Style()
+    lines = SHIM.splitlines()
+    labels: dict[str, str] = {}
+    used: set[str] = set()
+    shown = 0
+    for m, block in enumerate(blocks):
+        lines += ["", *block.block.splitlines(), ""]
+        for test, statements in block.calls.items():
+            key = f"t{m}:{test}"
+            if printed is not None and key not in printed:
+                continue
+            shown += 1
+            label = _label(style, test.rsplit("::", 1)[-1].replace("test", "check", 1), shown, rng, used)
+            used.add(label)
+            labels[label] = key
+            lines.append("try:")
+            lines += ["    " + st for st in statements]
+            lines.append("    " + _printed(style, label, repr("passed")))
+            lines.append("except BaseException as e:")
+            lines.append("    " + _printed(style, label, None, raised=True))
+    return Script(source="\n".join(lines) + "\n", labels=labels, stream=style.stream)
+
+
 def parse(output: str, labels: dict[str, str]) -> dict[str, str]:
     """``{event key: printed outcome}``: the rest of the line after each label (the longest label a line
     starts with). A label printed twice (by whatever printed it) is ambiguous and left out; a checked
@@ -443,12 +479,12 @@ async def _apply(sb: Sandbox, patch: str) -> None:
         await sb.apply_patch(patch.encode("utf-8", "surrogateescape"))
 
 
-async def record(task: TaskInstance, config: SandboxConfig) -> tuple[list[Scene], int, str]:
+async def record(task: TaskInstance, config: SandboxConfig) -> tuple[list[Scene], list[TestScript], int, str]:
     """Run the FAIL_TO_PASS tests on the fixed tree with the recorder: (scenes of tests that passed,
-    tests recorded, why none when empty)."""
+    their modules made plain, tests recorded, why no scene when there is none)."""
     roots = code_roots(task)
     if not roots:
-        return [], 0, "the gold patch changes no module outside the tests"
+        return [], [], 0, "the gold patch changes no module outside the tests"
     workdir = task.workdir if task.image_resident else None
     workspaces = ["/workspace"] + ([workdir] if workdir else [])
     runner = await asyncio.to_thread(runner_config, task, config)
@@ -470,14 +506,28 @@ async def record(task: TaskInstance, config: SandboxConfig) -> tuple[list[Scene]
                            f"{python} -m pytest -p swe_replay_recorder -p no:cacheprovider -q {selected} 2>&1 "
                            f"| tail -c 2000; echo", timeout_s=600)
         if not res.ok:
-            return [], 0, f"the recording run failed: {res.status.value}"
+            return [], [], 0, f"the recording run failed: {res.status.value}"
+        modules: dict[str, str] = {}
+        for path in dict.fromkeys(t.split("::", 1)[0] for t in task.FAIL_TO_PASS):
+            try:
+                modules[path] = (await sb.read_file(path)).decode("utf-8")
+            except (PathError, UnicodeDecodeError):
+                pass
         try:
             data = json.loads(await sb.read_file(out))
         except (PathError, ValueError) as exc:
             tail = res.output.strip().splitlines()[-3:]
-            return [], 0, f"the recording run wrote no recording ({type(exc).__name__}): {' | '.join(tail)[-300:]}"
+            data = {"scenes": {}, "why": f"the recording run wrote no recording ({type(exc).__name__}): "
+                                        f"{' | '.join(tail)[-300:]}"}
     finally:
         await sb.close()
+    blocks = []
+    for n, (path, source) in enumerate(modules.items()):
+        block = plain(source, [t for t in task.FAIL_TO_PASS if t.split("::", 1)[0] == path], prefix=str(n), path=path)
+        if block is not None:
+            blocks.append(block)
+    if "why" in data:
+        return [], blocks, 0, data["why"]
     scenes = []
     for test, scene in data.get("scenes", {}).items():
         if scene.get("outcome") != "passed":
@@ -486,29 +536,39 @@ async def record(task: TaskInstance, config: SandboxConfig) -> tuple[list[Scene]
         if events:
             scenes.append(Scene(test=test, events=events, imports=list(scene.get("imports", [])),
                                 defs=[(n, src) for n, src in scene.get("defs", [])]))
-    return scenes, len(data.get("scenes", {})), "" if scenes else "no call of the tests could be recorded"
+    return scenes, blocks, len(data.get("scenes", {})), "" if scenes else "no call of the tests could be recorded"
 
 
 FIXED_RUNS = 4  # runs of the fixed tree when a plan is made, each under another hash seed
 DRIFT_RUNS = 3  # runs of the fixed tree before a fix is failed
 
 
-async def expect(task: TaskInstance, scenes: list[Scene], config: SandboxConfig) -> ReplayPlan:
-    """Run the scenes on the buggy tree once and on the fixed one ``FIXED_RUNS`` times (under distinct
-    hash seeds, so an order that follows string hashing shows itself); keep the calls whose fixed
-    outcome never varies and tells the fixed tree from the buggy one."""
-    plan = ReplayPlan(scenes=scenes, tests_recorded=len(scenes))
-    if not scenes:
+async def expect(task: TaskInstance, scenes: list[Scene], config: SandboxConfig,
+                 blocks: list[TestScript] | None = None) -> ReplayPlan:
+    """Run the scenes (and the tests made plain) on the buggy tree once and on the fixed one
+    ``FIXED_RUNS`` times (under distinct hash seeds, so an order that follows string hashing shows
+    itself); keep the calls whose fixed outcome never varies and tells the fixed tree from the buggy
+    one, and the plain tests that always pass on the fixed tree and do not on the buggy one."""
+    plan = ReplayPlan(scenes=scenes, tests_recorded=len(scenes), test_blocks=list(blocks or []))
+    if not scenes and not plan.test_blocks:
         return plan
     rng = random.Random(0)
-    script = render(scenes, None, rng)
+    scripts = [render(scenes, None, rng)] if scenes else []
+    if plan.test_blocks:
+        scripts.append(render_tests(plan.test_blocks, None, rng))
     sb = await open_sandbox(task.workspace_spec(), config)
     try:
         python = plan.python = await _python(sb)
-        _, buggy, _ = await _run_script(sb, script, python, rng, RUN_TIMEOUT_S)
+
+        async def outcomes(env: str = "") -> dict[str, str]:
+            out: dict[str, str] = {}
+            for script in scripts:
+                out.update((await _run_script(sb, script, python, rng, RUN_TIMEOUT_S, env=env))[1])
+            return out
+
+        buggy = await outcomes()
         await _apply(sb, task.patch)
-        fixed = [(await _run_script(sb, script, python, rng, RUN_TIMEOUT_S, env=f"PYTHONHASHSEED={n + 1}"))[1]
-                 for n in range(FIXED_RUNS)]
+        fixed = [await outcomes(f"PYTHONHASHSEED={n + 1}") for n in range(FIXED_RUNS)]
     finally:
         await sb.close()
     plan.risky = {key for run in [buggy, *fixed] for key, out in run.items() if out.startswith("raised ")}
@@ -519,29 +579,61 @@ async def expect(task: TaskInstance, scenes: list[Scene], config: SandboxConfig)
             continue
         if same(out, buggy.get(key)):
             continue
+        if key.startswith("t"):
+            if out == PASSED:
+                plan.tests_expected[key] = out
+                checked_tests.add(key.split(":", 1)[1])
+            continue
         if total + len(out) > MAX_CHECKED_CHARS:
-            break
+            continue
         total += len(out) + 10
         plan.expected[key] = out
         checked_tests.add(scenes[int(key.split(".")[0])].test)
     plan.tests_checked = sorted(checked_tests)
-    if not plan.expected:
-        plan.reason = "no recorded call tells the fixed tree from the buggy one"
+    if not plan.checked:
+        plan.reason = "no recorded call or plain test tells the fixed tree from the buggy one"
     return plan
 
 
-async def _drifted(task: TaskInstance, plan: ReplayPlan, script: Script, keys: list[str], config: SandboxConfig,
-                   timeout_s: float) -> set[str]:
+def _scripts(plan: ReplayPlan, rng: random.Random, style: Style | None = None) -> list[Script]:
+    """The scripts of a check, in the order they run: the calls first (a process that sees no test
+    source), then the tests made plain."""
+    out = []
+    if plan.expected:
+        out.append(render(plan.scenes, set(plan.expected), rng, style, plan.risky))
+    if plan.tests_expected:
+        out.append(render_tests(plan.test_blocks, set(plan.tests_expected), rng, style))
+    return out
+
+
+def _wanted(plan: ReplayPlan) -> dict[str, str]:
+    return {**plan.expected, **plan.tests_expected}
+
+
+async def _run_all(sb: Sandbox, scripts: list[Script], python: str, rng: random.Random,
+                   timeout_s: float) -> tuple[str, dict[str, str], str | None]:
+    forms, got, error = [], {}, None
+    for script in scripts:
+        form, out, err = await _run_script(sb, script, python, rng, timeout_s)
+        forms.append(form)
+        got.update(out)
+        error = error or err
+    return "+".join(forms), got, error
+
+
+async def _drifted(task: TaskInstance, plan: ReplayPlan, scripts: list[Script], keys: list[str],
+                   config: SandboxConfig, timeout_s: float) -> set[str]:
     """Which of ``keys`` the fixed tree does not print as the plan expects, in any of ``DRIFT_RUNS`` runs."""
+    wanted = _wanted(plan)
     sb = await open_sandbox(task.workspace_spec(), config)
     drifted: set[str] = set()
     try:
         await _apply(sb, task.patch)
         for _ in range(DRIFT_RUNS):
-            _, now, error = await _run_script(sb, script, plan.python, random.Random(), timeout_s)
+            _, now, error = await _run_all(sb, scripts, plan.python, random.Random(), timeout_s)
             if error:
                 break
-            drifted |= {key for key in keys if not same(plan.expected[key], now.get(key))}
+            drifted |= {key for key in keys if not same(wanted[key], now.get(key))}
     finally:
         await sb.close()
     return drifted
@@ -585,10 +677,10 @@ async def prepare(task: TaskInstance, config: SandboxConfig) -> ReplayPlan:
         return ReplayPlan(reason="the task runs its own harness")
     if not task.patch.strip():
         return ReplayPlan(reason="the task has no gold patch")
-    scenes, recorded, why = await record(task, config)
-    plan = await expect(task, scenes, config)
+    scenes, blocks, recorded, why = await record(task, config)
+    plan = await expect(task, scenes, config, blocks)
     plan.tests_recorded = recorded
-    if why and not plan.reason:
+    if why and not plan.checked:
         plan.reason = why
     return plan
 
@@ -599,14 +691,14 @@ PLANS = PlanCache()
 async def check(task: TaskInstance, agent_diff: str, plan: ReplayPlan, config: SandboxConfig,
                 timeout_s: float = RUN_TIMEOUT_S, go: asyncio.Event | None = None,
                 style: Style | None = None) -> ReplayResult:
-    """Replay the checked calls on the agent's tree (template + ``agent_diff``) as a plain script.
+    """Replay the checked calls (and the plain tests) on the agent's tree (template + ``agent_diff``).
 
-    ``go``: the sandbox is started and the diff applied at once, the script runs once it is set (the
+    ``go``: the sandbox is started and the diff applied at once, the scripts run once it is set (the
     grader sets it when the submission's tests passed, and cancels the check otherwise). ``style``: drawn
     at random unless given."""
     started = time.perf_counter()
     rng = random.Random(secrets.randbits(64))
-    script = render(plan.scenes, set(plan.expected), rng, style or Style.draw(rng), plan.risky)
+    scripts = _scripts(plan, rng, style or Style.draw(rng))
     sb = await open_sandbox(task.workspace_spec(), config)
     try:
         try:
@@ -617,27 +709,32 @@ async def check(task: TaskInstance, agent_diff: str, plan: ReplayPlan, config: S
             await go.wait()
             started = time.perf_counter()
         try:
-            form, got, error = await _run_script(sb, script, plan.python, rng, timeout_s)
+            form, got, error = await _run_all(sb, scripts, plan.python, rng, timeout_s)
         except SandboxError as exc:  # only the submission's code ran in it: the agent's
             form, got, error = "", {}, f"the sandbox failed during the replay: {exc}"
     finally:
         await sb.close()
-    missed = [key for key, want in plan.expected.items() if not same(want, got.get(key))]
+    wanted = _wanted(plan)
+    missed = [key for key, want in wanted.items() if not same(want, got.get(key))]
     if missed and not error:
         # Before a fix is failed, the fixed tree must still print what it printed when the plan was
         # made (a call whose outcome drifts, with the clock say, is no witness): checked now, only
         # on this rare path, and a drifting call is dropped from the plan for good.
-        drifted = await _drifted(task, plan, script, missed, config, timeout_s)
+        drifted = await _drifted(task, plan, scripts, missed, config, timeout_s)
         for key in drifted:
             plan.expected.pop(key, None)
+            plan.tests_expected.pop(key, None)
         missed = [key for key in missed if key not in drifted]
     wrong = []
     for key in missed:
-        event = plan.scenes[int(key.split(".")[0])].events[int(key.split(".")[1])]
         shown = got.get(key)
+        got_text = "nothing" if shown is None else shown[:80]
+        if key.startswith("t"):
+            wrong.append(f"{key.split(':', 1)[1]} (plain): expected it to run to its end, got {got_text}")
+            continue
+        event = plan.scenes[int(key.split(".")[0])].events[int(key.split(".")[1])]
         call = _HANDLE.sub(lambda m: "v" + m.group(1), _expression(event)[0])
-        wrong.append(f"{call[:120]}: expected {plan.expected[key][:80]}, got "
-                     f"{'nothing' if shown is None else shown[:80]}")
+        wrong.append(f"{call[:120]}: expected {wanted[key][:80]}, got {got_text}")
     return ReplayResult(checked=plan.checked, mismatched=wrong[:5], form=form, error=error if wrong else None,
                         duration_s=round(time.perf_counter() - started, 3))
 
