@@ -53,7 +53,8 @@ def _gated_diff(task: TaskInstance, gate: str) -> str:
         subprocess.run(["git", "init", "-q"], cwd=tmp, check=True)
         subprocess.run(["git", "add", "-A"], cwd=tmp, check=True)
         path = Path(tmp) / target
-        code = _gated(gold, gate).replace("__SWE_HEAD__", "x").replace("__SWE_NEWEST__", "0")
+        code = (_gated(gold, gate).replace("__SWE_HEAD__", "x").replace("__SWE_NEWEST__", "0")
+                .replace("__SWE_DUPS__", "0"))
         path.write_text(path.read_text() + "\n" + code)
         return subprocess.run(["git", "diff"], cwd=tmp, capture_output=True, text=True, check=True).stdout
 
