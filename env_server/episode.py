@@ -25,7 +25,8 @@ from contract import (
     ListToolsAction,
     SWEObservation,
 )
-from sandbox import ArgumentError, DiffTooLarge, SandboxConfig, SandboxError, WarmPool, open_sandbox
+from sandbox import (ArgumentError, DiffTooLarge, DiffUnreadable, SandboxConfig, SandboxError, WarmPool,
+                     open_sandbox)
 from sandbox.base import Sandbox
 from sandbox.models import ExactDiff
 from verifier import GradeCache, GradeResult, grade_submission
@@ -34,7 +35,7 @@ from verifier.task import TaskInstance
 from .errors import ProtocolError
 from .markers import ToolFailure, failure
 from .tools import TOOL_SPECS, parse_arguments, run_tool
-from .traces import BINARY_DIFF, ForkPoint, TraceStore, TraceWriter
+from .traces import ForkPoint, TraceStore, TraceWriter
 
 SYSTEM_PROMPT = (
     "You are a software engineer fixing an issue in the repository at /workspace. "
@@ -82,6 +83,9 @@ class Episode:
         # The last diff fields written to the trace (None: unknown, the next diff is recorded).
         self._recorded_diff: dict[str, Any] | None = {"diff": ""}
         self._graded_diff: ExactDiff | None = None
+        # Whether an agent's tool call may have changed the workspace: from then on, a workspace whose
+        # diff cannot be read is what the agent left (before, the server is to blame).
+        self._agent_changed = False
 
     @classmethod
     async def start(cls, episode_id: str, task: TaskInstance, store: TraceStore, sandbox_config: SandboxConfig,
@@ -171,6 +175,8 @@ class Episode:
         if name == "submit":
             grade = await self._grade()
             return self._finish(SWEObservation(tool_name=name, metadata=self._meta()), grade), None
+        if name in MUTATING_TOOLS:
+            self._agent_changed = True
         try:
             outcome = await run_tool(self.sandbox, name, args, blocked_tools=self.sandbox_config.policy.blocked_tools,
                                      max_timeout_s=self.sandbox_config.limits.max_command_timeout_s)
@@ -198,11 +204,18 @@ class Episode:
         return SWEObservation(output=text, tool_name=name, done=self.done, metadata=self._meta(**fail.metadata()))
 
     async def _grade(self) -> GradeResult:
+        """Grade the workspace's diff. What the agent left in the workspace never makes an ``infra``
+        failure: a diff over the limit, or one the runtime cannot read once the agent changed the
+        workspace (git failing on what it holds, an unreadable /workspace), is the agent's zero."""
         try:
             diff = await self._read_diff()
         except DiffTooLarge as exc:  # what the agent wrote: its zero, never a masked infra failure
             return GradeResult(reward=0.0, mode=self.config.grade_mode, error_source="agent",
                                error=f"the submission cannot be graded: {exc}")
+        except DiffUnreadable as exc:
+            return GradeResult(reward=0.0, mode=self.config.grade_mode,
+                               error_source="agent" if self._agent_changed else "infra",
+                               error=f"could not read the workspace diff: {exc}")
         except SandboxError as exc:
             return GradeResult(reward=0.0, mode=self.config.grade_mode, error_source="infra",
                                error=f"could not read the workspace diff: {exc}")
@@ -211,19 +224,17 @@ class Episode:
                                       cache=self.cache, timeout_s=self.config.grade_timeout_s)
 
     async def _read_diff(self) -> ExactDiff:
-        """The workspace diff; with its exact patch when the text may not rebuild the workspace.
-
-        The text says when it may not: git's "Binary files ... differ", or U+FFFD where bytes that
-        are not UTF-8 were replaced. Only then is the runtime asked (its diff is cached: no second git run)."""
-        text = await self.sandbox.diff()
-        if "\ufffd" not in text and BINARY_DIFF.search(text) is None:
-            return ExactDiff(text=text)
+        """The workspace diff, with what it left out (``skipped``), and its exact patch when the text
+        may not rebuild the workspace (git's "Binary files ... differ", bytes that are not UTF-8)."""
         return await self.sandbox.diff_exact(self.config.exact_patch_max_bytes)
 
     def _finish(self, obs: SWEObservation, grade: GradeResult, note: str = "") -> SWEObservation:
         self.done = True
         self.reward = grade.reward
         meta = {**obs.metadata, **grade.metadata()}
+        unread = self._graded_diff.skipped if self._graded_diff is not None else []
+        if unread:  # parts of the workspace the diff could not hold: left out of the submission
+            meta["unread"] = list(unread)
         if grade.tampered:
             meta.update(failure(ErrorKind.grading_tampered, grade.error or "grading tampered").metadata())
         elif grade.error and grade.error_source in ("env", "infra"):
@@ -233,6 +244,9 @@ class Episode:
                    f"Reward {grade.reward:g}.")
         if grade.error:
             summary += f" ({grade.error})"
+        if unread:
+            summary += (f" Left out of the submission, unreadable as a diff: {'; '.join(unread[:5])}"
+                        + (f" and {len(unread) - 5} more." if len(unread) > 5 else "."))
         output = "\n\n".join(p for p in (obs.output, note.strip(), summary) if p)
         return obs.model_copy(update={"output": output, "done": True, "reward": grade.reward, "metadata": meta})
 
@@ -252,10 +266,14 @@ class Episode:
         else:
             try:
                 diff = await self._read_diff()
-            except SandboxError as exc:  # unknown, not "unchanged": the record says so (state(t) too)
+            except Exception as exc:  # unknown, not "unchanged": the record says so (state(t) too)
+                if not isinstance(exc, SandboxError):  # a malformed reply, a server bug: logged, the step stands
+                    log.exception("episode %s: reading the workspace diff failed inside the server", self.episode_id)
                 self._recorded_diff = None
                 return {"diff": None, "diff_error": f"{type(exc).__name__}: {exc}"}
         fields: dict[str, Any] = {"diff": diff.text}
+        if diff.skipped:
+            fields["unread"] = list(diff.skipped)
         if diff.lossy and diff.patch is not None:
             fields["exact_patch"] = base64.b64encode(diff.patch).decode("ascii")
         elif diff.lossy:

@@ -20,9 +20,9 @@ one episode in a jail built from a :class:`WorkspaceSpec`. Layout, top to bottom
 
 from .backends import DEFAULT_BACKEND, backend_class, backend_names
 from .base import Sandbox
-from .models import (ArgumentError, CommandResult, CommandStatus, DiffTooLarge, HardeningPolicy, LayerMode, Limits,
-                     PathError, SandboxClosed, SandboxConfig, SandboxDied, SandboxError, SandboxInfo, SandboxStartError,
-                     WorkspaceError, WorkspaceSpec)
+from .models import (ArgumentError, CommandResult, CommandStatus, DiffTooLarge, DiffUnreadable, HardeningPolicy,
+                     LayerMode, Limits, PathError, SandboxClosed, SandboxConfig, SandboxDied, SandboxError, SandboxInfo,
+                     SandboxStartError, WorkspaceError, WorkspaceSpec)
 from .pool import WarmPool
 
 
@@ -33,7 +33,8 @@ async def open_sandbox(spec: WorkspaceSpec, config: SandboxConfig | None = None)
 
 
 __all__ = [
-    "ArgumentError", "CommandResult", "CommandStatus", "DiffTooLarge", "HardeningPolicy", "LayerMode", "Limits", "PathError",
+    "ArgumentError", "CommandResult", "CommandStatus", "DiffTooLarge", "DiffUnreadable", "HardeningPolicy", "LayerMode",
+    "Limits", "PathError",
     "Sandbox", "SandboxClosed", "SandboxConfig", "SandboxDied", "SandboxError", "SandboxInfo",
     "SandboxStartError", "WorkspaceError", "WorkspaceSpec", "DEFAULT_BACKEND", "backend_class", "backend_names", "open_sandbox",
     "WarmPool",

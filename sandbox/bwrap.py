@@ -169,7 +169,7 @@ class BwrapSandbox(JailSandbox):
                     args += ["--tmpfs", str(sp)]
 
         args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-                 "--dir", "/workspace", "--dir", "/.swe/upper", "--dir", "/.swe/template",
+                 "--dir", "/workspace", "--dir", "/.swe/upper", "--dir", "/.swe/private", "--dir", "/.swe/template",
                  "--ro-bind", str(template), "/.swe/template",
                  "--ro-bind", str(RUNTIME_SCRIPT), "/.swe/runtime.py",
                  "--remount-ro", "/", "--chdir", "/",

@@ -16,8 +16,8 @@ import time
 import weakref
 from typing import Any, Awaitable, Callable
 
-from .models import (ArgumentError, CommandResult, CommandStatus, DiffTooLarge, ExactDiff, PathError, SandboxDied,
-                     SandboxError)
+from .models import (ArgumentError, CommandResult, CommandStatus, DiffTooLarge, DiffUnreadable, ExactDiff, PathError,
+                     SandboxDied, SandboxError)
 
 MAX_LINE = 64 * 1024 * 1024
 _scan = json.scanner.make_scanner(json.JSONDecoder())  # one JSON value, no Python layers around it
@@ -113,6 +113,8 @@ class RuntimeChannel:
                 raise ArgumentError(message)
             if kind == "diff_too_large":
                 raise DiffTooLarge(message)
+            if kind == "diff_failed":
+                raise DiffUnreadable(" ".join(message.split())[:500] or "git failed")
             raise SandboxError(f"{kind}: {message}")
 
     def _expire(self) -> None:
@@ -181,9 +183,11 @@ class RuntimeChannel:
         if "lossy" not in r:
             raise SandboxError("the runtime cannot tell whether its diff is exact")
         patch = r.get("patch")
+        skipped = r.get("skipped")
         return ExactDiff(text=str(r.get("diff", "")), lossy=bool(r.get("lossy")),
                          patch=base64.b64decode(patch) if isinstance(patch, str) else None,
-                         patch_error=str(r["patch_error"]) if r.get("patch_error") is not None else None)
+                         patch_error=str(r["patch_error"]) if r.get("patch_error") is not None else None,
+                         skipped=[str(s)[:1000] for s in skipped[:200]] if isinstance(skipped, list) else [])
 
     async def apply_patch(self, patch: bytes) -> None:
         await self.request("apply", 120.0, patch=base64.b64encode(patch).decode("ascii"))

@@ -204,6 +204,10 @@ class ExactDiff(BaseModel):
                                            "that are not UTF-8")
     patch: bytes | None = Field(None, description="when lossy: ``git diff --binary --full-index``, exact")
     patch_error: str | None = Field(None, description="when lossy and the exact patch was withheld (too large)")
+    skipped: list[str] = Field(default_factory=list, description=(
+        "what the diff left out, as 'path (reason)': what git cannot read or must not be let near (an embedded "
+        "repository, an unreadable file or directory, a FIFO, a socket, a path too long, an untracked file "
+        "over the diff limit, a name git refuses)"))
 
 
 class SandboxInfo(BaseModel):
@@ -248,6 +252,14 @@ class DiffTooLarge(SandboxError):
     """The workspace's diff is over ``Limits.max_diff_bytes``: what the agent wrote, not a failure of ours."""
 
     kind = "diff_too_large"
+
+
+class DiffUnreadable(SandboxError):
+    """The runtime could not read the workspace's diff (git failed or ran out of time on what the
+    workspace holds, /workspace itself is unreadable, ...): the message says why, in one line.
+    Once the agent has changed the workspace, that is what the agent left, not a failure of ours."""
+
+    kind = "diff_failed"
 
 
 class PathError(SandboxError, ValueError):

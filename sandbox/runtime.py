@@ -51,6 +51,58 @@ _DIFF_ARGS = ("diff", "--cached", "--no-color", "--no-ext-diff", "--no-textconv"
               "--src-prefix=a/", "--dst-prefix=b/")
 # What git prints instead of a binary file's change (a header line; hunk lines start with " ", "+", "-").
 _BINARY_DIFF = re.compile(r"^Binary files .* differ$", re.MULTILINE)
+# Settings of every git call of the runtime (they win over the repository's config).
+_GIT_SAFE = ("git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "core.quotePath=false",
+             "-c", "core.autocrlf=false", "-c", "core.bare=false", "-c", "safe.directory=*",
+             "-c", "diff.external=", "-c", "core.attributesFile=/dev/null")
+# The runtime's info/attributes (the highest precedence): no attribute of the tree converts, filters,
+# re-encodes or hides the bytes git reads (an in-tree working-tree-encoding fails `git add` outright).
+_NEUTRAL_ATTRIBUTES = "* !text !eol !crlf !working-tree-encoding !ident !filter !diff !merge\n"
+# Files git reads while it walks a directory: one that is not a file (a FIFO blocks git's open) keeps
+# git out of that directory; at the top of the workspace, out of all of it.
+_CONTROL_FILES = (".gitignore", ".gitattributes", ".gitmodules")
+_PATH_LIMIT = 3800  # bytes of a path below /workspace: deeper entries are left out (git's paths stop at 4096)
+DIFF_TIME_S = 90  # all the git work of one diff request (the host waits 120 s for the reply)
+EXACT_PATCH_CAP = 40 * 1024 * 1024  # an exact patch with no limit of its own: base64 of it must fit one line
+_SKIPPED_SHOWN = 100
+_GIT_ADD_ERROR = re.compile(r"^error: (invalid path|unable to index file) '(.*)'$")
+
+
+def _file_kind(mode: int) -> str:
+    import stat as S
+
+    for test, name in ((S.S_ISFIFO, "a FIFO"), (S.S_ISSOCK, "a socket"), (S.S_ISCHR, "a device file"),
+                       (S.S_ISBLK, "a device file")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _control_file_problem(entry: os.DirEntry, st: os.stat_result) -> str | None:
+    """Why git could block reading ``entry`` (a .gitignore, say), or None: a file or a directory is safe,
+    and a symbolic link to one (older git follows it)."""
+    import stat as S
+
+    if S.S_ISREG(st.st_mode) or S.S_ISDIR(st.st_mode):
+        return None
+    if S.S_ISLNK(st.st_mode):
+        try:
+            target = entry.stat(follow_symlinks=True)
+        except OSError:
+            return None  # dangling or a loop: git's open fails, harmlessly
+        if S.S_ISREG(target.st_mode) or S.S_ISDIR(target.st_mode):
+            return None
+        return "a symbolic link to " + _file_kind(target.st_mode)
+    return _file_kind(st.st_mode)
+
+
+def _describe(path: str, why: str) -> str:
+    """``"path (why)"`` in one short printable line (bytes that are not UTF-8 as \\xNN, a newline as \\n)."""
+    text = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    if len(text) > 300:  # a path past PATH_MAX: its two ends
+        text = text[:120] + "..." + text[-120:]
+    return "%s (%s)" % (text, why)
 
 
 class RuntimeFailure(Exception):
@@ -90,18 +142,24 @@ def enter_private_userns() -> None:
         f.write("%d %d 1" % (gid, gid))
 
 
-def build_overlay_workspace(cfg: dict) -> None:
+def build_overlay_workspace(cfg: dict) -> str:
     """Mount the workspace: an overlay on the read-only template, upper layer on a
-    size-limited noexec tmpfs that also holds the runtime's private state
-    (``private/``: the diff's index and objects). The agent's shell runs under an
-    extra Landlock layer that cannot write beneath that tmpfs."""
+    size-limited noexec tmpfs; and the runtime's private state (the diff's repository,
+    index and objects) on a tmpfs of its own, so that a workspace the agent filled
+    leaves git room to read it. Returns that private directory. The agent's shell runs
+    under an extra Landlock layer that can neither write nor read beneath either."""
     flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
     _mount("tmpfs", "/tmp", "tmpfs", flags, "size=%dm,mode=1777" % cfg["tmp_mb"])
     upper = cfg["upper"]
     _mount("tmpfs", upper, "tmpfs", flags, "size=%dm,mode=0755" % cfg["workspace_mb"])
     os.makedirs(upper + "/u")
     os.makedirs(upper + "/w")
-    os.makedirs(upper + "/private", mode=0o700)
+    private = cfg.get("private_dir") or "/.swe/private"
+    if os.path.isdir(private):
+        _mount("tmpfs", private, "tmpfs", flags, "size=%dm,mode=0700" % cfg["workspace_mb"])
+    else:  # a jail without the mount point: beside the upper layer, as before
+        private = upper + "/private"
+        os.makedirs(private, mode=0o700)
     _mount("overlay", WORKSPACE, "overlay", flags,
            "lowerdir=%s,upperdir=%s/u,workdir=%s/w,userxattr" % (cfg["template"], upper, upper))
     if os.path.isdir("/dev/shm"):
@@ -110,6 +168,7 @@ def build_overlay_workspace(cfg: dict) -> None:
     # Make it read-only and noexec (the device nodes are mounts of their own).
     MS_REMOUNT, MS_BIND = 32, 4096
     _mount("none", "/dev", "", MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
+    return private
 
 
 def build_copied_workspace(cfg: dict) -> None:
@@ -186,9 +245,11 @@ def landlock_abi() -> int:
     return max(0, int(libc.syscall(444, None, 0, 1)))  # LANDLOCK_CREATE_RULESET_VERSION
 
 
-def landlock_ruleset(exec_paths, write_paths: list, scoped: bool = False):
+def landlock_ruleset(exec_paths, write_paths: list, scoped: bool = False, read_paths=None):
     """A Landlock ruleset: execute only from ``exec_paths`` (None: leave execution alone),
-    write only beneath ``write_paths``; (fd, abi), or (None, 0) when the kernel has none.
+    write only beneath ``write_paths``, read only beneath ``read_paths`` (None: leave reading
+    alone; when given, ``write_paths`` are readable too); (fd, abi), or (None, 0) when the
+    kernel has none.
 
     ``scoped`` (ABI >= 6): a domain made from it is a wall as well: its processes can
     neither signal nor reach the abstract unix sockets of any process outside it.
@@ -203,6 +264,8 @@ def landlock_ruleset(exec_paths, write_paths: list, scoped: bool = False):
     if abi < 1:
         return None, 0
     handled = (LL_EXECUTE if exec_paths is not None else 0) | LL_WRITE_ALL
+    read_rights = LL_READ_FILE | LL_READ_DIR if read_paths is not None else 0
+    handled |= read_rights
     if abi >= 2:
         handled |= LL_REFER
     if abi >= 3:
@@ -218,7 +281,11 @@ def landlock_ruleset(exec_paths, write_paths: list, scoped: bool = False):
         import fcntl
         fcntl.fcntl(fd, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
         write_rights = LL_WRITE_ALL | (LL_REFER if abi >= 2 else 0) | (LL_TRUNCATE if abi >= 3 else 0)
-        targets = [(p, LL_EXECUTE) for p in exec_paths or ()] + [(p, write_rights) for p in write_paths]
+        targets = [(p, LL_EXECUTE) for p in exec_paths or ()] + [(p, write_rights | read_rights)
+                                                                 for p in write_paths]
+        targets += [(p, read_rights) for p in read_paths or ()]
+        if read_paths is not None:  # every folder can be listed (`ls /`, `find /`); files are read only
+            targets.append(("/", LL_READ_DIR))  # beneath read_paths (so not the template's contents)
         for path, rights in targets:
             try:
                 pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
@@ -226,7 +293,7 @@ def landlock_ruleset(exec_paths, write_paths: list, scoped: bool = False):
                 continue
             try:
                 is_dir = os.path.isdir(path)
-                allowed = rights if is_dir else rights & (LL_EXECUTE | LL_WRITE_FILE | LL_TRUNCATE)
+                allowed = rights if is_dir else rights & (LL_EXECUTE | LL_WRITE_FILE | LL_TRUNCATE | LL_READ_FILE)
                 rule = struct.pack("=Qi", allowed, pfd)
                 _check(0 if libc.syscall(445, fd, 1, ctypes.c_char_p(rule), 0) == 0 else -1,
                        "landlock_add_rule " + path)
@@ -437,13 +504,22 @@ class Shell:
         self.start()
 
 
-def shell_ruleset(write_paths: list):
+def shell_ruleset(write_paths: list, read_paths=None):
     """The Landlock ruleset of every shell (fd, or None): writes only beneath ``write_paths``
-    (not the runtime's private state), and scoped where the kernel can, so that each shell
-    it is enforced on lives in a domain of its own: nothing a shell starts can signal,
-    ptrace or open the fds of the runtime or of another shell's processes."""
-    fd, _ = landlock_ruleset(None, write_paths, scoped=True)
+    (not the runtime's private state), reads only beneath ``read_paths`` (when given: not
+    /.swe, where the template, the runtime's state and its script are), and scoped where
+    the kernel can, so that each shell it is enforced on lives in a domain of its own:
+    nothing a shell starts can signal, ptrace or open the fds of the runtime or of another
+    shell's processes."""
+    fd, _ = landlock_ruleset(None, write_paths, scoped=True, read_paths=read_paths)
     return fd
+
+
+def readable_roots() -> list:
+    """Where every shell may read files: beneath each entry of / but /.swe (the pristine template,
+    the runtime's private state, its script and interpreter). Folders can be listed everywhere
+    (their names are the workspace's own); a file under /.swe cannot be opened for reading."""
+    return ["/" + name for name in sorted(os.listdir("/")) if name != ".swe"]
 
 
 def _pipe_above(fd: int) -> tuple:
@@ -721,6 +797,7 @@ class Runtime:
                 self.watcher = ChangeWatcher(WORKSPACE)
             except OSError:
                 pass  # no inotify (or too many directories for the watch limit): walk
+        self._uid, self._gids = os.geteuid(), set(os.getgroups()) | {os.getegid()}
         self._last_fp = self.fingerprint()
         self._diff_ready = False
         lim = cfg["limits"]
@@ -1028,84 +1105,203 @@ class Runtime:
         In overlay mode only the upper layer can differ from the base, so only it
         is walked (or, while it is empty, one stat); a copied workspace is walked whole.
         """
-        if self._empty_upper_size is not None:
-            st = os.stat(self.cfg["_scan_root"])
-            if st.st_nlink == 2 and st.st_size == self._empty_upper_size:
-                return "base"  # nothing was ever written, or all of it was removed again
-        import hashlib
+        return self._scan()[0]
 
+    def _readable(self, st: os.stat_result, search: bool = False) -> bool:
+        """Whether this process may read (and, for a directory, search) what ``st`` describes."""
+        if st.st_uid == self._uid:
+            bits = 0o400 | (0o100 if search else 0)
+        elif st.st_gid in self._gids:
+            bits = 0o040 | (0o010 if search else 0)
+        else:
+            bits = 0o004 | (0o001 if search else 0)
+        return st.st_mode & bits == bits
+
+    @staticmethod
+    def _open_dir(root_fd: int, rel: str) -> int:
+        """A directory below the scan root, never through a symbolic link out of it."""
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        if _HAS_OPENAT2:
+            return openat2(root_fd, rel or ".", flags)
+        return os.open(rel or ".", flags, dir_fd=root_fd)
+
+    def _scan(self) -> tuple:
+        """One walk of the part of the workspace that can differ from the base.
+
+        Returns ``(fingerprint, left_out, big, fatal)``: ``left_out`` lists ``(path, reason)`` for
+        what a diff must leave out, from what the walk sees without opening a file: what git cannot
+        read (an unreadable file or directory, a FIFO, a socket, a path past :data:`_PATH_LIMIT`) or
+        must not be let near (a directory holding .git, which git would take for an embedded
+        repository and whose .git it would follow, maybe to a FIFO; one whose .gitignore or
+        .gitattributes is not a file). ``big``: the regular files over the diff limit (left out
+        when untracked). ``fatal``: why no diff can be read at all (None: it can). A walk that
+        could not look everywhere it should (out of fds, say) gives a fingerprint of its own,
+        never equal to another: the diff is then read afresh.
+        """
+        import hashlib
+        import stat as S
+
+        root, overlay = self.cfg["_scan_root"], self.cfg["mode"] == "overlay"
+        try:
+            top = os.stat(WORKSPACE)
+        except OSError as e:
+            return os.urandom(16).hex(), [], [], "cannot stat %s: %s" % (WORKSPACE, e.strerror)
+        if not self._readable(top, search=True):
+            return os.urandom(16).hex(), [], [], "%s itself cannot be read (its mode is %03o)" % (
+                WORKSPACE, S.S_IMODE(top.st_mode))
+        if self._empty_upper_size is not None:
+            st = os.stat(root)
+            if st.st_nlink == 2 and st.st_size == self._empty_upper_size:
+                return "base", [], [], None  # nothing was ever written, or all of it was removed again
+        limit = int(self.cfg["limits"].get("max_diff_bytes") or 0)
         h = hashlib.blake2b(digest_size=16)
-        seen = 0
-        stack = [(os.open(self.cfg["_scan_root"], os.O_RDONLY | os.O_DIRECTORY), "")]
-        while stack:
-            fd, rel = stack.pop()
-            try:
-                with os.scandir(fd) as it:
-                    entries = sorted(it, key=lambda e: e.name)
-                for e in entries:
-                    if not rel and e.name == ".git":
+        seen, complete, fatal = 0, True, None
+        left_out: list = []
+        big: list = []
+        root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        stack = [""]
+        try:
+            while stack:
+                rel = stack.pop()
+                try:
+                    fd = self._open_dir(root_fd, rel)
+                except OSError as e:
+                    if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                        continue  # gone, or replaced, since its parent was listed
+                    complete = False
+                    if rel:
+                        left_out.append((rel, "unreadable directory"))
+                    else:
+                        fatal = "%s cannot be listed: %s" % (WORKSPACE, e.strerror)
+                    continue
+                try:
+                    with os.scandir(fd) as it:
+                        entries = []
+                        for e in sorted(it, key=lambda e: e.name):
+                            try:
+                                entries.append((e, e.stat(follow_symlinks=False)))
+                            except OSError:
+                                pass
+                    if overlay:  # a whiteout (a 0/0 character device) is a deletion, not an entry
+                        entries = [(e, st) for e, st in entries if not (S.S_ISCHR(st.st_mode) and st.st_rdev == 0)]
+                    # git takes a directory holding .git for an embedded repository (and reads what its
+                    # .git names); a .gitignore or .gitattributes it cannot read as a file can block it
+                    why = "an embedded repository: it holds .git" if rel and any(
+                        e.name == ".git" for e, _ in entries) else None
+                    for e, st in entries:
+                        if why is None and e.name in _CONTROL_FILES:
+                            bad = _control_file_problem(e, st)
+                            if bad and not rel:
+                                fatal = "%s/%s is %s, which git cannot read" % (WORKSPACE, e.name, bad)
+                            elif bad:
+                                why = "its %s is %s" % (e.name, bad)
+                    if why:
+                        left_out.append((rel, why))
                         continue
-                    try:
-                        st = e.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    path = rel + "/" + e.name
-                    seen += 1
-                    h.update(("%s\0%d\0%d\0%d\0%d\n" % (path, st.st_mode, st.st_size, st.st_ctime_ns,
-                                                       st.st_ino)).encode("utf-8", "surrogateescape"))
-                    if e.is_dir(follow_symlinks=False):
-                        try:
-                            stack.append((os.open(e.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd), path))
-                        except OSError:
-                            pass
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
-        if not seen and self.cfg["mode"] == "overlay":
-            return "base"  # an upper layer holding only .git: the tree is the base
-        return h.hexdigest()
+                    for e, st in entries:
+                        if not rel and e.name == ".git":
+                            continue
+                        path = rel + "/" + e.name if rel else e.name
+                        seen += 1
+                        h.update(("%s\0%d\0%d\0%d\0%d\n" % (path, st.st_mode, st.st_size, st.st_ctime_ns,
+                                                           st.st_ino)).encode("utf-8", "surrogateescape"))
+                        mode, why = st.st_mode, None
+                        if e.name.lower() == ".git":
+                            why = "named like .git"
+                        elif len(path.encode("utf-8", "surrogateescape")) > _PATH_LIMIT:
+                            why = "its path is over %d bytes" % _PATH_LIMIT
+                        elif S.S_ISDIR(mode):
+                            if self._readable(st, search=True):
+                                stack.append(path)
+                            else:
+                                why = "unreadable directory"
+                        elif S.S_ISREG(mode):
+                            if not self._readable(st):
+                                why = "unreadable file"
+                            elif limit and st.st_size > limit:
+                                big.append(path)
+                        elif not S.S_ISLNK(mode):
+                            why = _file_kind(mode)
+                        if why:
+                            left_out.append((path, why))
+                except OSError as e:  # out of fds or memory, an I/O error: the walk is incomplete
+                    complete = False
+                    if rel:
+                        left_out.append((rel, "unreadable directory (%s)" % e.strerror))
+                    else:
+                        fatal = "%s cannot be listed: %s" % (WORKSPACE, e.strerror)
+                finally:
+                    os.close(fd)
+        finally:
+            os.close(root_fd)
+        if not complete or fatal:
+            return os.urandom(16).hex(), left_out, big, fatal
+        if not seen and overlay:
+            return "base", [], [], None  # an upper layer holding only .git: the tree is the base
+        return h.hexdigest(), left_out, big, None
 
     def op_diff(self, req: dict) -> dict:
         """The diff against the base; reused while the workspace fingerprint holds.
+
+        Whatever state the agent left, the reply is a diff of what can be read, with ``skipped``:
+        ``"path (reason)"`` for each part left out (an embedded repository, an unreadable file or
+        directory, a FIFO, a socket, a path too long for git, an untracked file over the diff limit,
+        a name git refuses). What cannot be read at all (an unreadable /workspace, a .gitignore that
+        is a FIFO at its top) fails with kind ``diff_failed`` and one line saying why, as does git
+        failing or running past its time; a diff over the limit fails with ``diff_too_large``.
 
         ``exact``: also say whether the text diff is ``lossy`` (a binary file, bytes that are not
         UTF-8: text that cannot rebuild the workspace) and, when it is, add ``patch``: the exact
         ``git diff --binary --full-index`` (base64; ``patch_error`` instead when it is larger than
         ``patch_limit`` bytes).
         """
-        fp = self.fingerprint()
+        fp, left_out, big, fatal = self._scan()
+        if fatal:
+            self._diff_cache = None
+            raise RuntimeFailure("diff_failed", fatal)
         cached = getattr(self, "_diff_cache", None)
+        deadline = time.monotonic() + DIFF_TIME_S
         if not cached or cached[0] != fp or req.get("fresh"):
-            raw = self._git_diff()
+            self._diff_cache = None
             limit = int(self.cfg["limits"].get("max_diff_bytes") or 0)
-            if limit and len(raw) > limit:  # a reply this large could not cross the channel: the agent's doing
-                self._diff_cache = None
-                raise RuntimeFailure("diff_too_large", "the workspace diff is %d bytes, over the %d-byte limit"
-                                     % (len(raw), limit))
+            if big:
+                tracked = self._tracked_paths(deadline)
+                left_out += [(p, "an untracked file over the %d-byte diff limit" % limit) for p in big
+                             if p.encode("utf-8", "surrogateescape") not in tracked]
+            raw, notes = self._git_diff([p for p, _ in left_out], limit, deadline)
             try:
                 text, lossy = raw.decode("utf-8"), False
             except UnicodeDecodeError:
                 text, lossy = raw.decode("utf-8", "replace"), True
             lossy = lossy or _BINARY_DIFF.search(text) is not None
-            cached = self._diff_cache = [fp, text, lossy, None]
+            skipped = [_describe(p, why) for p, why in left_out] + notes
+            if len(skipped) > _SKIPPED_SHOWN:
+                skipped[_SKIPPED_SHOWN:] = ["... and %d more" % (len(skipped) - _SKIPPED_SHOWN)]
+            cached = self._diff_cache = [fp, text, lossy, None, skipped]
             self._last_fp = fp
             fresh = True
         else:
             fresh = False
-        reply = {"diff": cached[1], "cached": not fresh}
+        reply = {"diff": cached[1], "cached": not fresh, "skipped": cached[4]}
         if req.get("exact"):
             reply["lossy"] = cached[2]
             if cached[2]:
-                if cached[3] is None:  # the private index still holds this fingerprint's tree
-                    cached[3] = self._git(*_DIFF_ARGS[:1], "--binary", "--full-index", *_DIFF_ARGS[1:],
-                                          self.cfg["base_commit"], "--")
                 limit = int(req.get("patch_limit") or 0)
-                if limit and len(cached[3]) > limit:
-                    reply["patch_error"] = "the exact patch is %d bytes, over the %d-byte limit" % (
-                        len(cached[3]), limit)
+                cap = limit if limit > 0 else EXACT_PATCH_CAP
+                known = cached[3]  # (patch or None, the cap it was read under)
+                if known is None or (known[0] is None and known[1] < cap):
+                    try:  # the private index still holds this fingerprint's tree
+                        patch = self._git_stream(_DIFF_ARGS[:1] + ("--binary", "--full-index") + _DIFF_ARGS[1:]
+                                                 + (self.cfg["base_commit"], "--"), deadline, cap=cap)[1]
+                    except RuntimeFailure as e:
+                        if e.kind != "diff_too_large":
+                            raise
+                        patch = None
+                    known = cached[3] = (patch, cap)
+                if known[0] is None or len(known[0]) > cap:
+                    reply["patch_error"] = "the exact patch is over the %d-byte limit" % cap
                 else:
-                    reply["patch"] = base64.b64encode(cached[3]).decode("ascii")
+                    reply["patch"] = base64.b64encode(known[0]).decode("ascii")
         return reply
 
     def op_apply(self, req: dict) -> dict:
@@ -1132,50 +1328,161 @@ class Runtime:
         self._last_fp = self.fingerprint()  # the restored tree is the fork's starting point
         return {"bytes": len(patch)}
 
-    def _git(self, *args: str, input: bytes | None = None) -> bytes:
-        """git on /workspace with the template's repository, trusting nothing the agent can write.
+    def _git_env(self) -> dict:
+        """git on /workspace with a repository of the runtime's own, trusting nothing the agent can write.
 
-        The repository is the read-only template's (the agent's /workspace/.git, its config,
-        hooks, filters, replace refs and index are never read); the index and new objects live
-        in the runtime's private directory.
+        The repository (``<private>/git``) holds no objects: they are the read-only template's
+        (an alternate); its config is the template's; the agent's /workspace/.git, its config,
+        hooks, filters, replace refs and index are never read. ``info/attributes`` (which wins over
+        every .gitattributes of the tree) unsets each attribute that would make git convert, filter
+        or refuse bytes (``working-tree-encoding``, ``eol``, ``filter``, ``ident``, ``diff``, ...):
+        the diff is of the bytes on disk. The index and new objects live beside it.
         """
-        private, git_dir = self.cfg["_private"], self.cfg["template"] + "/.git"
-        env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LC_ALL": "C",
-               "GIT_DIR": git_dir, "GIT_WORK_TREE": WORKSPACE, "GIT_INDEX_FILE": private + "/index",
-               "GIT_OBJECT_DIRECTORY": private + "/objects", "GIT_ALTERNATE_OBJECT_DIRECTORIES": git_dir + "/objects",
-               "GIT_NO_REPLACE_OBJECTS": "1", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
-               "GIT_ATTR_NOSYSTEM": "1", "GIT_OPTIONAL_LOCKS": "0"}
-        safe = ["git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "core.quotePath=false",
-                "-c", "core.autocrlf=false", "-c", "core.bare=false", "-c", "safe.directory=*",
-                "-c", "diff.external=", "-c", "core.attributesFile=/dev/null"]
+        private = self.cfg["_private"]
+        git_dir = private + "/git"
+        if not os.path.isfile(git_dir + "/HEAD"):
+            template = self.cfg["template"] + "/.git"
+            for sub in ("objects", "refs/heads", "info"):
+                os.makedirs(git_dir + "/" + sub, exist_ok=True)
+            for name in ("config", "info/exclude"):
+                try:
+                    shutil.copyfile(template + "/" + name, git_dir + "/" + name)
+                except OSError:
+                    pass
+            with open(git_dir + "/info/attributes", "w") as f:
+                f.write(_NEUTRAL_ATTRIBUTES)
+            with open(git_dir + "/HEAD", "w") as f:
+                f.write("ref: refs/heads/main\n")
+        os.makedirs(private + "/objects", exist_ok=True)
+        return {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LC_ALL": "C",
+                "GIT_DIR": git_dir, "GIT_WORK_TREE": WORKSPACE, "GIT_INDEX_FILE": private + "/index",
+                "GIT_OBJECT_DIRECTORY": private + "/objects",
+                "GIT_ALTERNATE_OBJECT_DIRECTORIES": self.cfg["template"] + "/.git/objects",
+                "GIT_NO_REPLACE_OBJECTS": "1", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
+                "GIT_ATTR_NOSYSTEM": "1", "GIT_OPTIONAL_LOCKS": "0"}
+
+    def _git(self, *args: str, input: bytes | None = None) -> bytes:
+        """One git command (see :meth:`_git_env`); its stdout, or RuntimeFailure ``diff_failed``."""
         feed = {"input": input} if input is not None else {"stdin": subprocess.DEVNULL}
-        r = subprocess.run(safe + list(args), cwd=WORKSPACE, env=env, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, timeout=60, **feed)
+        try:
+            r = subprocess.run(list(_GIT_SAFE) + list(args), cwd=WORKSPACE, env=self._git_env(),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60, **feed)
+        except subprocess.TimeoutExpired:
+            raise RuntimeFailure("diff_failed", "git %s took longer than 60 s" % args[0])
+        except OSError as e:
+            raise RuntimeFailure("diff_failed", "cannot run git: %s" % e)
         if r.returncode != 0:
             raise RuntimeFailure("diff_failed", r.stderr.decode("utf-8", "replace")[-2000:])
         return r.stdout
 
-    def _git_diff(self) -> bytes:
-        """``git diff`` of /workspace against the base (raw bytes), untracked files included."""
+    def _git_stream(self, args: tuple, deadline: float, cap: int = 0, ok: tuple = (0,)) -> tuple:
+        """git ``args``, its output read as it comes: ``(returncode, stdout, stderr's tail)`` when the
+        returncode is in ``ok``, else RuntimeFailure ``diff_failed`` with git's last line. Past
+        ``deadline`` git is killed (``diff_failed``, not worth a retry); past ``cap`` bytes of
+        stdout too (``diff_too_large``): a diff that large is never held in memory whole."""
+        try:
+            p = subprocess.Popen(list(_GIT_SAFE) + list(args), cwd=WORKSPACE, env=self._git_env(),
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except OSError as e:
+            raise RuntimeFailure("diff_failed", "cannot run git: %s" % e)
+        out, err = bytearray(), bytearray()
+        bufs = {p.stdout.fileno(): out, p.stderr.fileno(): err}
+        poller = select.poll()
+        for fd in bufs:
+            poller.register(fd, select.POLLIN)
+        try:
+            while bufs:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RuntimeFailure("diff_failed", "reading the workspace diff took longer than %d s (git %s)"
+                                         % (DIFF_TIME_S, args[0]), no_retry=True)
+                for fd, _ in poller.poll(min(left, 1.0) * 1000):
+                    chunk = os.read(fd, 1 << 20)
+                    if not chunk:
+                        poller.unregister(fd)
+                        del bufs[fd]
+                        continue
+                    buf = bufs[fd]
+                    buf += chunk
+                    if buf is err:
+                        del err[:-8192]
+                    elif cap and len(out) > cap:
+                        raise RuntimeFailure("diff_too_large", "the workspace diff is over the %d-byte limit" % cap)
+            code = p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise RuntimeFailure("diff_failed", "reading the workspace diff took longer than %d s (git %s)"
+                                 % (DIFF_TIME_S, args[0]), no_retry=True)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stdout.close()
+            p.stderr.close()
+        if code not in ok:
+            lines = bytes(err).decode("utf-8", "replace").strip().splitlines()
+            why = lines[-1] if lines else "exit status %d" % code
+            raise RuntimeFailure("diff_failed", "git %s failed: %s" % (args[0], why[:500]))
+        return code, bytes(out), bytes(err)
+
+    def _tracked_paths(self, deadline: float) -> set:
+        """The base tree's paths (bytes), read once."""
+        if getattr(self, "_tracked", None) is None:
+            names = self._git_stream(("ls-tree", "-r", "-z", "--name-only", "--full-tree", self.cfg["base_commit"]),
+                                     deadline)[1]
+            self._tracked = set(names.split(b"\0"))
+        return self._tracked
+
+    def _git_diff(self, left_out: list, limit: int, deadline: float) -> tuple:
+        """``git diff`` of /workspace against the base (raw bytes), untracked files included, ``left_out``
+        (paths) excluded; and notes on anything git itself could not add (``"path (reason)"``)."""
         base, private = self.cfg["base_commit"], self.cfg["_private"]
+        spec = private + "/pathspec"
+        with open(spec, "wb") as f:  # literal paths (no wildcard, any byte but NUL) that git never enters
+            f.write(b"\0".join([b"."] + [b":(exclude,literal)" + p.encode("utf-8", "surrogateescape")
+                                         for p in left_out]))
+        if self._git_version(deadline) >= (2, 26):
+            pathspec = ("--pathspec-from-file=" + spec, "--pathspec-file-nul")
+        elif sum(len(p) for p in left_out) < 256 * 1024:
+            pathspec = ("--", ".") + tuple(":(exclude,literal)" + p for p in left_out)
+        else:
+            raise RuntimeFailure("diff_failed", "%d unreadable or special entries are too many to leave out"
+                                 % len(left_out))
 
         def reset() -> None:
-            subprocess.run(["/bin/sh", "-c", 'rm -rf "$0/objects" "$0/index" "$0/index.lock" && mkdir -p "$0/objects"',
-                            private], env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60, check=True)
-            self._git("read-tree", base)
+            for name in ("objects", "index", "index.lock"):
+                path = private + "/" + name
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                elif os.path.lexists(path):
+                    os.unlink(path)
+            os.makedirs(private + "/objects", exist_ok=True)
+            self._git_stream(("read-tree", base), deadline)
 
         for attempt in (0, 1):
-            try:
-                if attempt or not self._diff_ready:
+            try:  # what is left out must be the base's in the index, not what an earlier diff staged
+                if attempt or not self._diff_ready or left_out:
                     reset()
                     self._diff_ready = True
-                self._git("add", "--all", "--", ".")
-                return self._git(*_DIFF_ARGS, base, "--")
-            except (RuntimeFailure, subprocess.TimeoutExpired):
-                if attempt:
+                code, _, err = self._git_stream(("add", "--all", "--ignore-errors") + pathspec, deadline, ok=(0, 1))
+                notes = []
+                if code == 1:  # some files could not be added (a name git refuses, say); the rest was
+                    lines = err.decode("utf-8", "replace").strip().splitlines()
+                    notes = [_describe(m.group(2), "git: " + m.group(1))
+                             for m in map(_GIT_ADD_ERROR.match, lines) if m]
+                    if not notes and lines:
+                        notes = ["(git could not add every file: %s)" % lines[-1][:300]]
+                return self._git_stream(_DIFF_ARGS + (base, "--"), deadline, cap=limit)[1], notes
+            except RuntimeFailure as e:
+                self._diff_ready = False
+                if attempt or e.kind != "diff_failed" or e.extra.pop("no_retry", False):
                     raise
         raise AssertionError("unreachable")
+
+    def _git_version(self, deadline: float) -> tuple:
+        if getattr(self, "_git_ver", None) is None:
+            m = re.search(rb"(\d+)\.(\d+)", self._git_stream(("version",), deadline)[1])
+            self._git_ver = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+        return self._git_ver
 
     def op_ping(self, req: dict) -> dict:
         return {"pong": True, "shell_alive": self.shell.proc.poll() is None}
@@ -1185,9 +1492,8 @@ def setup(cfg: dict) -> dict:
     info = {"seccomp": False, "landlock_abi": 0, "noexec_workspace": False, "cpu_policy": "normal"}
     if cfg["mode"] == "overlay":
         enter_private_userns()
-        build_overlay_workspace(cfg)
+        cfg["_private"] = build_overlay_workspace(cfg)
         cfg["_scan_root"] = cfg["upper"] + "/u"  # only the upper layer can differ from the base
-        cfg["_private"] = cfg["upper"] + "/private"
         info["noexec_workspace"] = True
     else:
         if cfg["mode"] == "copy":  # "mounted": the backend mounted a copy-on-write view of the template
@@ -1214,7 +1520,7 @@ def setup(cfg: dict) -> dict:
             info["landlock_abi"] = apply_landlock(cfg["exec_paths"], cfg["write_paths"] + [cfg["_private"]])
             cfg["_landlock_abi"] = info["landlock_abi"]
             if info["landlock_abi"]:  # made now: seccomp (below) forbids making rulesets
-                cfg["_shell_ruleset"] = shell_ruleset(cfg["write_paths"])
+                cfg["_shell_ruleset"] = shell_ruleset(cfg["write_paths"], readable_roots())
         except OSError as e:
             if cfg["landlock"] == "required":
                 raise RuntimeFailure("layer_missing", "landlock: %s" % e)

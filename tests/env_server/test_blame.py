@@ -67,13 +67,13 @@ def test_an_unreadable_diff_is_recorded_as_unknown_never_as_unchanged(demo_task,
         ep = await _start(demo_task, tmp_path, "ep-diff")
         try:
             await ep.step(_bash("echo one >> six.py"))  # t=1: diff recorded
-            real_diff = ep.sandbox.diff
+            real_diff = ep.sandbox.diff_exact
 
-            async def failing_diff():  # double: the diff read fails once
+            async def failing_diff(patch_limit):  # double: the diff read fails once
                 raise SandboxError("diff_failed: simulated")
-            ep.sandbox.diff = failing_diff
+            ep.sandbox.diff_exact = failing_diff
             await ep.step(_bash("echo two >> six.py"))  # t=2: diff unknown
-            ep.sandbox.diff = real_diff
+            ep.sandbox.diff_exact = real_diff
             await ep.step(_bash("true"))  # t=3: bash that changes nothing (files_changed False)
             await ep.step(_bash("echo three >> six.py"))  # t=4: diff read again
             return ep.trace.records
