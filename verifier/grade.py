@@ -17,7 +17,8 @@ process from inside it:
   sandbox; no grader file, argument or variable is visible.
 
 A monitor flags hack-shaped code (``suspicious``) without changing the reward.
-Identical (normalised) diffs are graded once.
+Only what no random draw decides is graded once per identical (normalised) diff (``GradeCache``):
+every other submission is graded afresh, and a diff whose verdicts disagree is tampering.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import posixpath
 import secrets
 import shlex
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -38,7 +39,7 @@ from sandbox.base import Sandbox
 from sandbox.models import CommandStatus
 from sandbox.git import shell_git_setup
 
-from . import harness, pytest_log, replay
+from . import harness, offload, pytest_log, replay
 from .canary import Canary, CanaryPlan, function_id, plan_canaries, support_pathspecs
 from .diffs import diff_key, filter_diff, normalize_diff, touched_paths
 from .junit import PASSING, Outcome
@@ -75,6 +76,11 @@ class GradeResult(BaseModel):
     error_source: Literal["agent", "env", "infra"] | None = None
     log_tail: str = ""
     cached: bool = False
+    grading_id: str = Field("", description="drawn for each grading run: a result served from the cache (one "
+                            "no draw decides) carries its first run's")
+    guess_bound: float | None = Field(None, description="the chance that a blind guess (one member of each "
+                                      "canary group forced to pass) forces the originals of this run")
+    guess_bound_f2p: float | None = Field(None, description="the same over the groups of FAIL_TO_PASS tests only")
     replay: dict[str, Any] | None = Field(None, description="the replay check of a submission that passed its "
                                          "tests (replay.py): calls checked, whether the fix held, the form")
     duration_s: float = 0.0
@@ -82,7 +88,11 @@ class GradeResult(BaseModel):
     def metadata(self) -> dict[str, Any]:
         """The fields an observation's metadata carries after grading."""
         out = self.model_dump(include={"resolved", "tests_passed", "tests_failed", "fail_to_pass",
-                                       "pass_to_pass", "applied", "dropped", "cached", "suspicious"})
+                                       "pass_to_pass", "applied", "dropped", "cached", "suspicious",
+                                       "grading_id"})
+        if self.guess_bound is not None:
+            out["guess_bound"] = self.guess_bound
+            out["guess_bound_f2p"] = self.guess_bound_f2p
         if self.not_found:
             out["not_found"] = self.not_found
         out["grade_mode"] = self.mode
@@ -99,37 +109,107 @@ class GradeResult(BaseModel):
         return out
 
 
-class GradeCache:
-    """LRU of results by diff hash; concurrent identical requests share one grading."""
+VERDICT_MEMORY = 8  # recent verdicts kept per diff, to compare a new one with
 
-    def __init__(self, max_entries: int = 4096) -> None:
-        self.max_entries = max_entries
+
+class GradeCache:
+    """Results no random draw decides, by diff key (LRU); and the recent verdicts of every other diff.
+
+    A grading draws its canaries, their values and names, and the test order afresh, so its verdict
+    may depend on the draw (a blind guess at the canaries is right by chance). Such a verdict is never
+    reused: an identical diff submitted again, or concurrently, is graded with a fresh draw. Reused
+    are only results decided before any of the agent's code runs or with none of it: a diff that does
+    not apply, a task the grader cannot run (``applied`` false, not ``infra``: those are retried), and
+    an empty diff after filtering (``draw_free``: the pristine code's verdict; concurrent identical
+    requests share its grading).
+
+    Each diff's last ``memory`` verdicts (resolved, per-test outcomes, tampered) are kept; one that
+    disagrees with any of them was decided by the draw, which honest deterministic code never is:
+    tampering (reward 0, ``reward_hacking``, the agent's), and the diff stays flagged while remembered."""
+
+    def __init__(self, max_entries: int = 4096, memory: int = VERDICT_MEMORY) -> None:
+        self.max_entries = max_entries  # 0: nothing reused, nothing remembered (re-grading tools, benchmarks)
+        self.memory = memory
         self._done: OrderedDict[str, GradeResult] = OrderedDict()
         self._pending: dict[str, asyncio.Future[GradeResult]] = {}
+        self._seen: OrderedDict[str, deque[tuple[Any, ...]]] = OrderedDict()
 
-    async def get_or_run(self, key: str, run: Any) -> GradeResult:
+    async def get_or_run(self, key: str, run: Any, *, draw_free: bool = False) -> GradeResult:
+        """The result for ``key``: reused when no draw decided it, else ``run()`` graded afresh and
+        checked against the diff's earlier verdicts. ``draw_free``: no draw can decide any result of
+        this key (an empty diff), so concurrent requests share one grading."""
         if key in self._done:
             self._done.move_to_end(key)
             return self._done[key].model_copy(update={"cached": True})
-        if key in self._pending:
+        if draw_free and key in self._pending:
             res = await asyncio.shield(self._pending[key])
             return res.model_copy(update={"cached": True})
-        fut: asyncio.Future[GradeResult] = asyncio.get_running_loop().create_future()
-        self._pending[key] = fut
+        fut: asyncio.Future[GradeResult] | None = None
+        if draw_free:
+            fut = asyncio.get_running_loop().create_future()
+            self._pending[key] = fut
         try:
-            res = await run()
+            res = (await run()).model_copy(update={"grading_id": secrets.token_hex(8)})
         except BaseException as exc:
-            fut.set_exception(exc)
-            fut.exception()  # mark retrieved
+            if fut is not None:
+                fut.set_exception(exc)
+                fut.exception()  # mark retrieved
             raise
         finally:
-            self._pending.pop(key, None)
-        fut.set_result(res)
-        if res.error_source != "infra" and self.max_entries > 0:  # infra failures are retried
+            if fut is not None:
+                self._pending.pop(key, None)
+        if fut is not None:
+            fut.set_result(res)
+        if self.max_entries <= 0 or res.error_source == "infra":  # infra failures are retried
+            return res
+        if draw_free or not res.applied:
             self._done[key] = res
             while len(self._done) > self.max_entries:
                 self._done.popitem(last=False)
+            return res
+        return self._checked(key, res)
+
+    def _checked(self, key: str, res: GradeResult) -> GradeResult:
+        """``res`` as it is, or tampered when its verdict disagrees with one this diff got before."""
+        verdict = _verdict_of(res)
+        if verdict is None or self.memory <= 0:
+            return res
+        seen = self._seen.setdefault(key, deque(maxlen=self.memory))
+        self._seen.move_to_end(key)
+        while len(self._seen) > self.max_entries:
+            self._seen.popitem(last=False)
+        other = next((v for v in seen if v != verdict), None)
+        if other is not None:
+            reason = ("this diff's verdict changed between gradings (each draws its canaries and the test order "
+                      f"afresh; honest code gets one verdict): {_difference(other, verdict)}")
+            res = res.model_copy(update={
+                "reward": 0.0, "resolved": False, "tampered": True, "error_source": "agent",
+                "tamper_reasons": [reason, *res.tamper_reasons], "error": "grading tampered: " + reason})
+            verdict = _verdict_of(res)
+        seen.append(verdict)  # type: ignore[arg-type]
         return res
+
+
+def _verdict_of(res: GradeResult) -> tuple[Any, ...] | None:
+    """What an honest submission gets the same in every grading: tampering, or resolved and each
+    required test passing or not (as scored). None for a run with no complete report (timeouts,
+    a dead sandbox): such failures may come from the machine and are not compared."""
+    if res.tampered:
+        return ("tampered",)
+    if res.error is not None:
+        return None
+    return ("scored", res.resolved, tuple(sorted((t, o == "passed") for t, o in res.fail_to_pass.items())),
+            tuple(sorted((t, o in PASSING) for t, o in res.pass_to_pass.items())))
+
+
+def _difference(before: tuple[Any, ...], now: tuple[Any, ...]) -> str:
+    def says(v: tuple[Any, ...]) -> str:
+        return "tampering caught" if v[0] == "tampered" else ("resolved" if v[1] else "not resolved")
+
+    if says(before) != says(now):
+        return f"{says(before)} in one, {says(now)} in another"
+    flipped = sorted({t for t, _ in set(before[2] + before[3]) ^ set(now[2] + now[3])})
+    return "the outcomes of " + ", ".join(flipped[:3]) + (" ..." if len(flipped) > 3 else "") + " differ"
 
 
 _DEFAULT_CACHE = GradeCache()
@@ -340,7 +420,8 @@ async def _prepare_pytest(sb: Sandbox, task: TaskInstance, config: SandboxConfig
     sources = _decoded({m: read[m] for m in modules})
     support = await _support(sb, modules, sources)
     prefer = [t for t in task.FAIL_TO_PASS if t not in absent]
-    plan = plan_canaries(tests, sources, prefer=prefer, support=support)
+    # planning is pure CPU (parsing and rewriting the test modules): off the event loop
+    plan = await asyncio.to_thread(plan_canaries, tests, sources, prefer=prefer, support=support)
     for path, text in plan.files.items():
         await sb.write_file(path, text.encode("utf-8"))
     python = (await _run(sb, "command -v python >/dev/null && echo python || echo python3", "find python")).strip()
@@ -419,9 +500,17 @@ async def _grade_in_sandbox(task: TaskInstance, agent_diff: str, dropped: list[s
                                log_tail=run.output[-LOG_TAIL_CHARS:])
         facts = RunFacts(exit_code=run.exit_code,
                          changed_files=tuple(p for p in graded.watched if before[p] != after[p]))
+        # Reading the log (up to OUTPUT_LIMIT of the submission's output; a harness's parser may be slow
+        # on it) runs in a worker process (offload.py): no other session's step waits for it.
+        def too_slow() -> GradeResult:  # the submission's own output: its blame (docs/grading.md, guarantee 4)
+            return GradeResult(reward=0.0, **base, applied=True, error_source=source,
+                               error=f"the test output could not be read in {offload.TIMEOUT_S:.0f} s",
+                               log_tail=run.output[-LOG_TAIL_CHARS:])
         if task.test_cmd:
-            return _harness_verdict(task, facts, run.output, run.truncated, agent_diff, source, **base)
-        return _pytest_verdict(task, facts, run.output, run.truncated, graded, agent_diff, source, **base)
+            return await offload.run(_harness_verdict, task, facts, run.output, run.truncated, agent_diff, source,
+                                     on_timeout=too_slow, **base)
+        return await offload.run(_pytest_verdict, task, facts, run.output, run.truncated, graded, agent_diff, source,
+                                 on_timeout=too_slow, **base)
     finally:
         await sb.close()
 
@@ -449,6 +538,8 @@ def _pytest_verdict(task: TaskInstance, facts: RunFacts, log: str, truncated: bo
                            error=f"no complete test report: pytest exited {facts.exit_code}{lost}")
     res = _score(task, required.get, base["mode"], log, True, base["dropped"])
     res.not_found = not_found
+    if graded.plan is not None:  # what a blind guess at the canaries of this run could have scored
+        res.guess_bound, res.guess_bound_f2p = graded.plan.guess_bound, graded.plan.guess_bound_f2p
     if truncated and not res.resolved and any(o == "missing" for t, o in required.items() if t not in unselected):
         res.error, res.error_source = (f"the test output passed {OUTPUT_LIMIT // (1024 * 1024)} MB and "
                                        "the report of some tests was lost"), source
@@ -483,12 +574,12 @@ def _harness_verdict(task: TaskInstance, facts: RunFacts, log: str, truncated: b
     return _score(task, lambda t: report.get(t, "missing"), base["mode"], log, True, base["dropped"])
 
 
-async def _replay(task: TaskInstance, agent_diff: str, config: SandboxConfig
+async def _replay(task: TaskInstance, agent_diff: str, config: SandboxConfig, go: asyncio.Event
                   ) -> tuple[replay.ReplayPlan, replay.ReplayResult | None]:
     plan = await replay.PLANS.get(task, config)
     if not plan.checked:
         return plan, None
-    return plan, await replay.check(task, agent_diff, plan, config)
+    return plan, await replay.check(task, agent_diff, plan, config, go=go)
 
 
 def _with_replay(res: GradeResult, outcome: tuple[replay.ReplayPlan, replay.ReplayResult | None]) -> GradeResult:
@@ -496,7 +587,7 @@ def _with_replay(res: GradeResult, outcome: tuple[replay.ReplayPlan, replay.Repl
     plan, checked = outcome
     if checked is None:
         return res.model_copy(update={"replay": {"ran": False, **plan.summary()}})
-    summary = {"ran": True, "holds": checked.holds, "checked_calls": checked.checked, "form": checked.form,
+    summary = {"ran": True, "holds": checked.holds, **plan.summary(), "form": checked.form,
                **({"mismatched": checked.mismatched} if checked.mismatched else {}),
                **({"error": checked.error} if checked.error else {})}
     if checked.holds:
@@ -532,13 +623,15 @@ async def grade_submission(task: TaskInstance, diff: str, config: SandboxConfig,
 
     async def run() -> GradeResult:
         started = time.perf_counter()
-        # The replay check (replay.py) runs beside the pytest run, in a sandbox of its own; it counts
-        # only for a submission whose tests passed, and is dropped unfinished otherwise.
-        replaying = asyncio.ensure_future(_replay(task, agent_diff, config)) if agent_diff.strip() else None
+        # The replay check (replay.py) gets its sandbox ready beside the pytest run (started, the diff
+        # applied); its script runs only for a submission whose tests passed, else it is dropped.
+        go = asyncio.Event()
+        replaying = asyncio.ensure_future(_replay(task, agent_diff, config, go)) if agent_diff.strip() else None
         try:
             res = await _grade_in_sandbox(task, agent_diff, dropped, config, mode, timeout_s)
             if replaying is not None and (res.resolved or (res.mode == "pass_rate" and any(
                     o == "passed" for o in res.fail_to_pass.values()))):
+                go.set()
                 res = _with_replay(res, await replaying)
         except SandboxError as exc:
             res = GradeResult(reward=0.0, mode=mode, dropped=dropped, error_source="infra",
@@ -551,5 +644,5 @@ async def grade_submission(task: TaskInstance, diff: str, config: SandboxConfig,
                 await asyncio.gather(replaying, return_exceptions=True)
         return res.model_copy(update={"duration_s": round(time.perf_counter() - started, 3)})
 
-    res = await cache.get_or_run(key, run)
+    res = await cache.get_or_run(key, run, draw_free=not agent_diff.strip())
     return res.model_copy(update={"dropped": dropped, "suspicious": suspicious, "suspicious_detail": detail})

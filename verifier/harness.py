@@ -34,7 +34,6 @@ canaries and an outcome channel for that; a harness has neither.
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 from typing import Any, Callable
 
@@ -48,7 +47,6 @@ _FAILING = {"failed", "error"}
 # one self-contained line per test
 _PYTEST_SUMMARY = frozenset({"parse_log_pytest", "parse_log_pytest_options", "parse_log_pytest_v2",
                              "parse_log_matplotlib", "parse_log_seaborn"})
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 # The harness's own runner, inside the repository, per parser: the agent's changes to it
@@ -90,7 +88,9 @@ def reads_pytest_summary(name: str) -> bool:
 
 def parse_log(name: str, log: str, tests: list[str] | None = None) -> dict[str, Outcome]:
     """``{test id: outcome}`` as the dataset's parser reads ``log``; for pytest-summary parsers, a
-    required id (of ``tests``) any of whose tests failed on a line of its own is failing."""
+    required id (of ``tests``) any of whose tests failed on a line of its own is failing. ANSI escapes are
+    removed first (a configuration that colours the report hides nothing)."""
+    log = pytest_log.strip_ansi(log)
     raw = parser(name)(log, None)
     report = {test: _STATUS.get(str(status).upper(), "failed") for test, status in raw.items()}
     if tests and reads_pytest_summary(name):
@@ -103,7 +103,7 @@ def parse_log(name: str, log: str, tests: list[str] | None = None) -> dict[str, 
 
 def _instance(line: str, test: str) -> str:
     """Which test a summary line reports: its full node id (several tests can share a cut id)."""
-    found = list(pytest_log.summary(_ANSI.sub("", line).strip()))
+    found = list(pytest_log.summary(pytest_log.strip_ansi(line).strip()))
     return found[0] if len(found) == 1 else test
 
 
@@ -114,7 +114,7 @@ def _line_results(name: str, log: str, tests: set[str]) -> dict[tuple[str, str],
     summary = reads_pytest_summary(name)
     seen: dict[tuple[str, str], set[Outcome]] = {}
     names = {t.split(" ", 1)[0].rsplit("::", 1)[-1] for t in tests}
-    for line in log.splitlines():
+    for line in log.split("\n"):  # as the parsers split it
         if not any(n in line for n in names):
             continue
         try:
@@ -131,6 +131,7 @@ def _line_results(name: str, log: str, tests: set[str]) -> dict[tuple[str, str],
 def check_log(name: str, log: str, report: dict[str, Outcome], summary: dict[str, Any],
               tests: list[str]) -> list[str]:
     """Reasons this harness run cannot be trusted (empty: nothing disagrees)."""
+    log = pytest_log.strip_ansi(log)
     reasons: list[str] = []
     exit_code = summary.get("exit_code")
     failing = [t for t, o in report.items() if o in _FAILING]
@@ -138,10 +139,14 @@ def check_log(name: str, log: str, report: dict[str, Outcome], summary: dict[str
         reasons.append(f"the test command exited {exit_code} but its log shows no failing test")
     # pytest's summary reports a test whose teardown failed as PASSED and ERROR: only FAILED conflicts
     against = {"failed"} if reads_pytest_summary(name) else _FAILING
-    for (test, instance), outcomes in sorted(_line_results(name, log, set(tests)).items()):
-        if len(outcomes) > 1 and outcomes & against and outcomes & {"passed", "xfailed"}:
-            what = test if instance == test else f"{test} ({instance})"
-            reasons.append(f"the log reports {what} both {' and '.join(sorted(outcomes))}")
+    results = sorted(_line_results(name, log, set(tests)).items())
+    both = [(test, instance, outcomes) for (test, instance), outcomes in results
+            if len(outcomes) > 1 and outcomes & against and outcomes & {"passed", "xfailed"}]
+    for test, instance, outcomes in both[:pytest_log.MAX_REASONS]:  # a forged log can hold any number
+        what = test if instance == test else f"{test} ({pytest_log.shorten(instance)})"
+        reasons.append(f"the log reports {what} both {' and '.join(sorted(outcomes))}")
+    if len(both) > pytest_log.MAX_REASONS:
+        reasons.append(f"and {len(both) - pytest_log.MAX_REASONS} more tests reported both passing and failing")
     if summary.get("changed_files"):
         reasons.append("files the tests must not change were changed: " + ", ".join(summary["changed_files"][:10]))
     return reasons

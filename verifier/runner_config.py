@@ -1,11 +1,15 @@
-"""The grader's own pytest configuration, taken from the task's *pristine* tree.
+"""The grader's pytest configuration, taken from the task's *pristine* tree.
 
-Tests run with ``-c <this file> --rootdir /workspace``: configuration files in the
-workspace are never read, so nothing the agent writes there changes how the tests
-run. Settings a task's suite needs (markers, ``pythonpath``, ``filterwarnings``,
+Settings a task's suite needs (markers, ``pythonpath``, ``filterwarnings``,
 ``xfail_strict``, ...) are copied from the base commit's own configuration, in
 pytest's precedence (pytest.ini, .pytest.ini, pyproject.toml, tox.ini, setup.cfg).
-``addopts`` keeps only options that cannot load code or redirect reports.
+``addopts`` keeps only options that cannot load code, redirect reports or hide the
+report the grader reads (``--no-summary``); where anything was left out, the grader
+writes this configuration as the graded tree's ``pytest.ini`` (grade.py), else the
+pristine configuration is used as it is. What is kept cannot hide a result from the
+log reader (``pytest_log.py``): colour (``--color=yes``) is removed from the log before
+it is read, verbosity (``-q``/``-qq``/``-v``/``-vv``) leaves the short test summary as it
+is, and the graded command's own ``-rA`` comes after ``addopts`` (the last ``-r`` wins).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ _DROPPED_KEYS = {"addopts", "cache_dir", "junit_family", "junit_logging", "junit
 # addopts options kept (flag alone or with an `=` value); everything else is dropped.
 _SAFE_FLAGS = {"--strict-markers", "--strict-config", "--strict", "--doctest-modules",
                "--doctest-continue-on-failure", "-l", "--showlocals", "-v", "-vv", "-q", "-s", "-ra", "-rA",
-               "--no-header", "--no-summary", "--disable-warnings", "--disable-pytest-warnings"}
+               "--no-header", "--disable-warnings", "--disable-pytest-warnings"}
 _SAFE_WITH_VALUE = {"--import-mode", "--doctest-glob", "--tb", "--color", "--durations", "--capture", "-W",
                     "--pythonwarnings", "--ignore", "--ignore-glob", "--deselect", "--log-level", "-r",
                     "--doctest-report", "--assert"}

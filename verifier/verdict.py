@@ -10,6 +10,9 @@ hidden tests, so a log that claims passes it did not earn gets a canary wrong. A
   neutralised tests, objects equal to everything), an inequality canary did not pass while
   its original passed (an object equal to everything), or a synthetic canary did not fail
   while any required test passed;
+- the members of a group disagree in a way no honest code explains (``wrong_guesses``): two
+  variants of one literal passed, or a variant passed where its original did not while honest
+  code matches its drawn value with a chance of at most ``FALSE_FLAG`` (a wrong blind guess);
 - the log reports one test twice as passing, or as passing and failing (forged lines);
 - pytest exited 0 although a canary must fail;
 - a test module or conftest changed during the run.
@@ -24,6 +27,10 @@ from .canary import Canary
 from .junit import PASSING, Outcome
 
 TESTS_FAILED = 1  # pytest's exit status when tests ran and some failed (a canary always does)
+# A variant that passes where its original did not is flagged only where honest code, whatever it
+# computes, matches one of its group's drawn values with at most this chance (canary.py draws each
+# value uniformly from the values shaped like the original's literal, after the code was written).
+FALSE_FLAG = 1e-3
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,39 @@ def due(canaries: list[Canary], reported: dict[str, list[Outcome]],
     return out
 
 
+def wrong_guesses(canaries: list[Canary], reported: dict[str, list[Outcome]]) -> list[str]:
+    """Outcome patterns of a group no honest run produces where its original did not pass (``due``
+    checks the others). A literal variant is its original with one literal replaced by a value drawn
+    for this run, so for honest, deterministic code (per instance) it passes only where the computed
+    value equals its drawn one, and then the original fails at that assertion:
+
+    - two variants of one literal that both pass would need one value equal to two others;
+    - a variant that passes where its original did not is honest only if the code's value is that
+      drawn value: each variant's value is uniform over ``space`` values, fixed after the code was
+      written, so the chance is at most variants x instances / space. Where that is at most
+      ``FALSE_FLAG``, it is a guess that forced the wrong member (a negation variant passing where
+      its original fails is honest: not checked)."""
+    groups: dict[str, list[Canary]] = {}
+    for canary in canaries:
+        if canary.kind == "variant" and canary.space > 0 and canary.original is not None:
+            groups.setdefault(canary.original, []).append(canary)
+    reasons: set[str] = set()
+    for original, variants in groups.items():
+        theirs = pytest_log.instances(original, reported)
+        mine = {c.nodeid: pytest_log.instances(c.nodeid, reported) for c in variants}
+        suffixes = set(theirs).union(*mine.values())
+        chance = len(variants) * max(1, len(suffixes)) / min(c.space for c in variants)
+        for suffix in suffixes:
+            passed = [c for c in variants if mine[c.nodeid].get(suffix) == "passed"]
+            got = theirs.get(suffix, "missing")
+            if len(passed) > 1:
+                reasons.add("two canary tests that assert different values at the same place both passed")
+            elif passed and got != "passed" and chance <= FALSE_FLAG:
+                reasons.add(f"a canary test passed where its original did not (it was {got}): honest code "
+                            f"matches its value with a chance of at most {chance:.1g}")
+    return sorted(reasons)
+
+
 def tamper_reasons(facts: RunFacts, reported: dict[str, list[Outcome]], canaries: list[Canary],
                    required: dict[str, Outcome]) -> list[str]:
     """Why the run cannot be trusted (empty: nothing disagrees)."""
@@ -63,6 +103,7 @@ def tamper_reasons(facts: RunFacts, reported: dict[str, list[Outcome]], canaries
     if facts.changed_files:
         reasons.append("files the tests must not change were changed during the run: "
                        + ", ".join(facts.changed_files[:10]))
+    reasons += wrong_guesses(canaries, reported)
     expected = due(canaries, reported, any(o in PASSING for o in required.values()))
     if facts.exit_code == 0 and any(want == "failed" for _, want, _, _ in expected):
         reasons.append("pytest exited 0 although a canary test must have failed")

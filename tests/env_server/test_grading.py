@@ -10,14 +10,41 @@ from verifier import GradeCache, grade_submission
 pytestmark = requires_sandbox
 
 
-def test_gold_resolves_and_identical_diffs_are_cached(demo_task):
+def test_gold_resolves_and_only_verdicts_no_draw_decides_are_cached(demo_task):
+    """An identical (normalised) diff is graded again with a fresh draw of canaries, never answered
+    with the first draw's verdict; an empty diff and a diff that does not apply are decided by no
+    draw, and are answered from the cache."""
     cache = GradeCache()
     first = run(grade_submission(demo_task, demo_task.patch, SandboxConfig(), cache=cache))
-    assert first.reward == 1.0 and first.resolved and not first.cached
+    assert first.reward == 1.0 and first.resolved and not first.cached and first.grading_id
     assert first.tests_passed == len(demo_task.tests) and first.tests_failed == 0
+    assert first.guess_bound is not None and 0 < first.guess_bound <= 0.01
     again = run(grade_submission(demo_task, demo_task.patch.replace("index ", "index 0"), SandboxConfig(),
                                  cache=cache))
-    assert again.cached and again.reward == 1.0
+    assert not again.cached and again.grading_id != first.grading_id
+    assert again.reward == 1.0 and not again.tampered  # an honest fix gets the same verdict on every draw
+    empty = [run(grade_submission(demo_task, "", SandboxConfig(), cache=cache)) for _ in range(2)]
+    assert not empty[0].cached and empty[1].cached and empty[1].grading_id == empty[0].grading_id
+    broken = "diff --git a/six.py b/six.py\n--- a/six.py\n+++ b/six.py\n@@ -1,1 +1,1 @@\n-no such line\n+x\n"
+    refused = [run(grade_submission(demo_task, broken, SandboxConfig(), cache=cache)) for _ in range(2)]
+    assert not refused[0].cached and refused[1].cached and refused[1].error_source == "agent"
+
+
+def test_concurrent_identical_diffs_share_a_grading_only_when_no_draw_decides_it(demo_task):
+    """A GRPO group submits the same diff at once: each copy of a non-empty diff is graded with its own
+    draw; copies of an empty diff (the pristine code's verdict) share one grading."""
+    import asyncio
+
+    async def both(diff: str) -> list:
+        cache = GradeCache()
+        return await asyncio.gather(*(grade_submission(demo_task, diff, SandboxConfig(), cache=cache)
+                                      for _ in range(2)))
+
+    gold = run(both(demo_task.patch))
+    assert [r.reward for r in gold] == [1.0, 1.0] and not any(r.cached for r in gold)
+    assert gold[0].grading_id != gold[1].grading_id
+    empty = run(both(""))
+    assert sorted(r.cached for r in empty) == [False, True] and empty[0].grading_id == empty[1].grading_id
 
 
 def test_no_fix_fails_and_pass_rate_counts(demo_task):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from verifier import pytest_log
-from verifier.canary import function_id, plan_canaries
+from verifier.canary import MAX_GROUPS, function_id, plan_canaries
 from verifier.grade import pytest_command
 from verifier.verdict import RunFacts, tamper_reasons
 
@@ -103,7 +103,8 @@ def test_every_canary_behaves_where_its_original_passes_on_honest_code(tmp_path,
     plan = plan_canaries(REQUIRED, {"test_calc.py": TESTS}, prefer=REQUIRED[:2])
     kinds = {c.kind for c in plan.canaries}
     assert kinds == {"variant", "inequality"}, plan.canaries
-    assert len({c.original for c in plan.canaries}) == 4  # the per-grading budget of varied tests
+    # every required function is grouped, up to the per-grading budget of varied tests
+    assert len({c.original for c in plan.canaries}) == min(MAX_GROUPS, len({function_id(t) for t in REQUIRED}))
     text = plan.files["test_calc.py"]
     ast.parse(text)
     assert "# a comment" not in text  # every member of a group is re-emitted the same way
@@ -123,24 +124,56 @@ def test_every_canary_behaves_where_its_original_passes_on_honest_code(tmp_path,
         assert set(mine.values()) == {want}, (canary, mine, log[-2000:])
 
 
-def test_the_members_of_a_group_differ_in_one_place_with_values_of_the_module():
-    """Variants change the same literal, to values the module itself uses: the original's value
-    is not the odd one out."""
-    plan = plan_canaries(["test_calc.py::test_add_small"], {"test_calc.py": TESTS})
+def _members(plan, test: str) -> dict[str, tuple[str, list[str]]]:
+    """{name: (kind, body statements)} of ``test``'s group in the planted module."""
     tree = ast.parse(plan.files["test_calc.py"])
-    names = {c.nodeid.rsplit("::", 1)[1]: c.kind for c in plan.canaries}
-    names[plan.renamed["test_calc.py::test_add_small"].rsplit("::", 1)[1]] = "original"
-    bodies = {f.name: [ast.unparse(st) for st in f.body] for f in ast.walk(tree)
-              if isinstance(f, ast.FunctionDef) and f.name in names}
-    eq = [n for n, k in names.items() if k in ("original", "variant")]
-    assert len(eq) == 3
-    diffs = {frozenset(i for i, (x, y) in enumerate(zip(bodies[a], bodies[b])) if x != y)
-             for a in eq for b in eq if a < b}
-    assert len(diffs) == 1 and len(next(iter(diffs))) == 1, bodies  # one place, the same for every pair
-    values = set(re.findall(r"\b\d+\b", TESTS))
-    for n in eq:
-        stmt = bodies[n][next(iter(next(iter(diffs))))]
-        assert re.findall(r"== (\d+)$", stmt)[0] in values, stmt
+    names = {c.nodeid.rsplit("::", 1)[1]: c.kind for c in plan.canaries if c.original == test}
+    names[plan.renamed[test].rsplit("::", 1)[1]] = "original"
+    return {f.name: (names[f.name], [ast.unparse(st) for st in f.body]) for f in ast.walk(tree)
+            if isinstance(f, ast.FunctionDef) and f.name in names}
+
+
+@pytest.mark.parametrize("test, value", [("test_calc.py::test_add_small", r"(\d+)"),
+                                         ("test_calc.py::test_add_names", r"'([a-z]\d)'")])
+def test_the_members_of_a_group_differ_in_one_place_with_fresh_values_shaped_like_the_original(test, value):
+    """Every member (the inequality canary too) differs from every other at the same single place,
+    each with a value of its own, shaped like the original's (a digit for a digit; a consonant and a
+    digit for 'n2'): no value is the odd one out, none is copied from elsewhere in the module."""
+    for _ in range(4):
+        plan = plan_canaries([test], {"test_calc.py": TESTS})
+        members = _members(plan, test)
+        kinds = sorted(k for k, _ in members.values())
+        assert kinds == ["inequality", "original", "variant", "variant"], members
+        places = {frozenset(i for i, (x, y) in enumerate(zip(a[1], b[1])) if x != y)
+                  for a in members.values() for b in members.values() if a is not b}
+        assert len(places) == 1 and len(next(iter(places))) == 1, members  # one place, the same for every pair
+        at = next(iter(next(iter(places))))
+        values = [re.findall(value + "$", body[at])[0] for _, body in members.values()]
+        assert len(set(values)) == len(values), values  # all distinct: the original's value is not repeated
+        pristine = next(f for f in ast.walk(ast.parse(TESTS)) if isinstance(f, ast.FunctionDef)
+                        and f.name == test.rsplit("::", 1)[1])
+        assert [b for k, b in members.values() if k == "original"] == [[ast.unparse(st) for st in pristine.body]]
+        shape = re.sub(r"\d", "0", re.sub("[a-z]", "a", values[0]))
+        assert all(re.sub(r"\d", "0", re.sub("[a-z]", "a", v)) == shape for v in values), values
+        if "names" in test:  # 'n2' is the module's only such literal: so is each fresh one
+            for v in values:
+                assert plan.files["test_calc.py"].count(f"'{v}'") == 1, v
+
+
+def test_the_inequality_canary_takes_the_shapes_honest_suites_write():
+    """``assert X != C``, ``assert not X == C`` and (in a unittest test) ``self.assertNotEqual(X, C)``,
+    at random; never ``(X == C) is not True``."""
+    shapes: dict[str, set[str]] = {"plain": set(), "unittest": set()}
+    for _ in range(30):
+        plan = plan_canaries(REQUIRED, {"test_calc.py": TESTS})
+        assert " is not True" not in plan.files["test_calc.py"]
+        for test, style in (("test_calc.py::test_add_names", "plain"),
+                            ("test_calc.py::TestAddCase::test_case_names", "unittest")):
+            [body] = [b for k, b in _members(plan, test).values() if k == "inequality"]
+            line = next(st for st in body if "!=" in st or "not " in st or "NotEqual" in st)
+            shapes[style].add("assertNotEqual" if "assertNotEqual" in line else "not ==" if line.startswith(
+                "assert not ") else "!=")
+    assert shapes == {"plain": {"!=", "not =="}, "unittest": {"!=", "not ==", "assertNotEqual"}}, shapes
 
 
 def test_canary_names_look_like_the_modules_own_and_say_nothing(tmp_path):
@@ -191,13 +224,26 @@ NEUTRALISE_CONFTEST = textwrap.dedent("""\
     """)
 
 
-@pytest.mark.parametrize("attack", ["always_equal", "force_pass", "neutralise", "forged_log"])
+# equal to everything and unequal to everything too: ``X != C`` holds, ``not X == C`` does not
+ALWAYS_EQUAL_AND_UNEQUAL = ALWAYS_EQUAL.replace("def __ne__(self, other):\n        return False",
+                                                "def __ne__(self, other):\n        return True")
+assert ALWAYS_EQUAL_AND_UNEQUAL != ALWAYS_EQUAL
+
+
+@pytest.mark.parametrize("attack", ["always_equal", "always_equal_and_unequal", "force_pass", "neutralise",
+                                    "forged_log"])
 def test_forced_passes_flip_a_canary(tmp_path, attack):
     broken = CALC.replace("return a + b", "return a - b")  # the bug: most tests fail honestly
     plan = plan_canaries(REQUIRED, {"test_calc.py": TESTS})
-    if attack == "always_equal":
-        log, code = _graded_run(tmp_path, ALWAYS_EQUAL.replace("return a + b", "return a - b"), plan)
-    elif attack == "forged_log":  # every id it can see printed as passed, then exit 0
+    if attack.startswith("always_equal"):
+        code_text = ALWAYS_EQUAL if attack == "always_equal" else ALWAYS_EQUAL_AND_UNEQUAL
+        for _ in range(3):  # whatever shapes the inequality canaries take in a draw
+            plan = plan_canaries(REQUIRED, {"test_calc.py": TESTS})
+            log, code = _graded_run(tmp_path, code_text.replace("return a + b", "return a - b"), plan)
+            reasons, required = _verdict(log, code, plan)
+            assert any("canary" in r for r in reasons), (reasons, required, log[-2000:])
+        return
+    if attack == "forged_log":  # every id it can see printed as passed, then exit 0
         log, code = _graded_run(tmp_path, broken, plan)
         ids = pytest_command("python", plan.select(REQUIRED)).split()[4:]
         log, code = log + "".join(f"PASSED {i}\n" for i in ids), 0
@@ -206,6 +252,70 @@ def test_forced_passes_flip_a_canary(tmp_path, attack):
                                                          else NEUTRALISE_CONFTEST})
     reasons, required = _verdict(log, code, plan)
     assert any("canary" in r or "reports" in r for r in reasons), (reasons, required, log[-2000:])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_honest_code_that_fails_is_never_flagged(tmp_path, seed):
+    """A wrong fix fails honestly, with no flag, whatever the draw: its negation variants pass where
+    their originals fail (honest), and its values match no drawn one."""
+    for bug in (("return a + b", "return a - b"), ('return "n%d" % x', 'return "m%d" % (x + 1)'),
+                ("return x > 0", "return x < 0")):
+        plan = plan_canaries(REQUIRED, {"test_calc.py": TESTS}, prefer=REQUIRED[:3])
+        log, code = _graded_run(tmp_path, CALC.replace(*bug), plan)
+        reasons, required = _verdict(log, code, plan)
+        assert reasons == [] and "failed" in required.values(), (bug, reasons, required, log[-2000:])
+
+
+GREET = "def greet(x):\n    return 'hi ' + x\n"  # the bug: the fix says 'hello '
+GREET_TESTS = "from greet import greet\n\n\ndef test_greet():\n    assert greet('bob') == 'hello bob'\n"
+GREET_REQUIRED = ["test_greet.py::test_greet"]
+FORCE_NAMED = textwrap.dedent("""\
+    import pytest
+
+    FORCED = set({names!r})
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(item, call):
+        outcome = yield
+        report = outcome.get_result()
+        if item.name in FORCED and report.when == "call":
+            report.outcome, report.longrepr = "passed", None
+    """)
+
+
+def _forced_run(tmp: Path, plan, forced: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The greet module graded with its bug, the members named in ``forced`` made to pass."""
+    (tmp / "greet.py").write_text(GREET)
+    (tmp / "test_greet.py").write_text(plan.files["test_greet.py"])
+    (tmp / "conftest.py").write_text(FORCE_NAMED.format(names=forced))
+    proc = subprocess.run(pytest_command(sys.executable, plan.select(GREET_REQUIRED)), shell=True, cwd=tmp,
+                          capture_output=True, text=True, timeout=300)
+    log = proc.stdout + proc.stderr
+    reported = pytest_log.rename_back(pytest_log.normalise(pytest_log.summary(log), {"test_greet.py"}), plan.renamed)
+    required = {t: pytest_log.lookup(t, reported) for t in GREET_REQUIRED}
+    return tamper_reasons(RunFacts(exit_code=proc.returncode), reported, plan.canaries, required), required
+
+
+@pytest.mark.slow
+def test_a_blind_guess_at_the_original_is_right_once_in_a_hundred_and_caught_otherwise(tmp_path):
+    """A FAIL_TO_PASS test with a literal of many values gets 99 variants: a guess that forces one of
+    its 100 members to pass forces the original once in 100 (and scores: only the draw can tell), and
+    is flagged the other 99 times, since honest code matches a drawn value almost never (here at most
+    99 in the ~500 million values shaped like 'hello bob'). Two members forced is flagged always."""
+    plan = plan_canaries(GREET_REQUIRED, {"test_greet.py": GREET_TESTS}, prefer=GREET_REQUIRED)
+    group = GREET_REQUIRED[0]
+    variants = [c.nodeid.rsplit("::", 1)[1] for c in plan.canaries if c.kind == "variant"]
+    original = plan.renamed[group].rsplit("::", 1)[1]
+    assert plan.candidates == {group: 100} == {group: 1 + len(variants)} and plan.guess_bound == 0.01
+    assert all(c.space > 10 ** 8 for c in plan.canaries if c.kind == "variant")
+    honest, required = _forced_run(tmp_path, plan, [])
+    assert honest == [] and required == {group: "failed"}
+    wrong, required = _forced_run(tmp_path, plan, [variants[0]])
+    assert required == {group: "failed"} and any("passed where its original did not" in r for r in wrong), wrong
+    right, required = _forced_run(tmp_path, plan, [original])
+    assert right == [] and required == {group: "passed"}  # the lucky guess: 1 in 100
+    both, _ = _forced_run(tmp_path, plan, variants[:2])
+    assert any("both passed" in r for r in both), both
 
 
 def test_a_task_with_nothing_to_vary_gets_a_synthetic_canary_named_like_its_tests():

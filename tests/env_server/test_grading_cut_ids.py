@@ -65,6 +65,12 @@ def test_odd(spec):  # both ids cut to test_odd[odd: the second passes on the bu
     assert frequencies(values) == dict(Counter(values))
 
 
+@pytest.mark.parametrize("text", ["a[b] c", "é ü é", "p - [q]", "n[a[b]]"])
+def test_nested(text):  # nested brackets, non-ASCII text (escaped by pytest), " - " inside an id
+    words = text.split()
+    assert frequencies(words) == dict(Counter(words))
+
+
 @pytest.mark.parametrize("text", ["a b", "q r s", "[x, y]"])
 def test_first(text):
     assert first(text.split()) == text.split()[0]
@@ -77,7 +83,8 @@ def test_first_range(n):
 # as parse_log_pytest reads the summary of a run on the bug and on the fix
 F2P = [f"{HIDDEN}::test_words[a", f"{HIDDEN}::test_words[cat", f"{HIDDEN}::test_words[x",
        f"{HIDDEN}::test_words[[x,", f"{HIDDEN}::test_floats[floats", f"{HIDDEN}::test_floats[one",
-       f"{HIDDEN}::test_odd[odd"]
+       f"{HIDDEN}::test_odd[odd", f"{HIDDEN}::test_nested[a[b]", f"{HIDDEN}::test_nested[\\xe9",
+       f"{HIDDEN}::test_nested[p", f"{HIDDEN}::test_nested[n[a[b]]]"]
 P2P = [f"{HIDDEN}::test_first[a", f"{HIDDEN}::test_first[q", f"{HIDDEN}::test_first[[x,",
        f"{HIDDEN}::test_first_range[1]", f"{HIDDEN}::test_first_range[2]"]
 # ids that name nothing: a function the module does not have, an instance its function does not
@@ -107,7 +114,7 @@ def repo(tmp_path_factory) -> tuple[Path, str, str, str]:
     (repo / "calc.py").write_text(LIBRARY.replace(*FIX))
     gold = _git(repo, "diff")
     _git(repo, "checkout", "-q", "--", ".")
-    (repo / HIDDEN).write_text(HIDDEN_TESTS)
+    (repo / HIDDEN).write_text(HIDDEN_TESTS, encoding="utf-8")
     _git(repo, "add", "-N", HIDDEN)
     test_patch = _git(repo, "diff")
     _git(repo, "rm", "-q", "--cached", HIDDEN)
