@@ -72,6 +72,7 @@ def markdown(config: Any, summary: dict[str, Any]) -> str:
               f"suspicious (monitor flags, reward unchanged): {summary['suspicious']}"
               + (f" ({', '.join(f'{k} {v}' for k, v in summary['suspicious_reasons'].items())})"
                  if summary["suspicious_reasons"] else ""),
+              _policy_line(summary),
               f"- lost episodes by cause: {lost}",
               _usage_line(summary),
               f"- graded diff unknown (scored, no patch kept): {summary['graded_diff_unknown']}",
@@ -79,6 +80,14 @@ def markdown(config: Any, summary: dict[str, Any]) -> str:
               f"- wall time {'-' if wall is None else f'{wall:.0f} s'}; time in episodes: model "
               f"{_pct(share)}, env {_pct(summary['env_share'])}", ""]
     return "\n".join(lines)
+
+
+def _policy_line(summary: dict[str, Any]) -> str:
+    """What the trainer's default monitor policy would do with these episodes (the rates are the grader's)."""
+    reasons = summary["policy_zeroed_reasons"]
+    return (f"- under the trainer's default monitor policy (env.suspicion_policy): {summary['policy_zeroed']} resolved "
+            f"episode(s) would score 0" + (f" ({', '.join(f'{k} {v}' for k, v in reasons.items())})" if reasons else "")
+            + f", {summary['policy_masked']} would be masked; the resolved rate is the grader's")
 
 
 def _usage_line(summary: dict[str, Any]) -> str:

@@ -6,7 +6,8 @@
   1 - C(n-c, k) / C(n, k), averaged over the tasks that have n >= k; pass@1 is the mean of c/n;
 - per task source and per repository (`tasksets.repo_of`: the task's `repo`, else its instance
   id's prefix), turns and tokens per episode, end reasons, error kinds, `reward_hacking` and
-  `suspicious` counts, wall time;
+  `suspicious` counts, what the trainer's default monitor policy would do with them (resolved
+  episodes it would score 0, episodes it would mask; the resolved rate stays the grader's), wall time;
 - token and cost totals over every attempt (scored, retried and lost: a paid API bills them all),
   with the lost attempts' share.
 """
@@ -18,6 +19,8 @@ import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+from contract import DEFAULT_SUSPICION_POLICY, SuspicionPolicy, suspicion_decision
 
 from .agent import EpisodeResult, Usage
 from .tasksets import repo_of
@@ -115,9 +118,16 @@ def summarize(results: Sequence[EpisodeResult], samples: int, wall_s: float | No
         by_repo[result_repo(r)].append(r)
     errors: Counter[str] = Counter()
     suspicious: Counter[str] = Counter()
+    zeroed: Counter[str] = Counter()  # resolved episodes the default policy scores 0, by the keys that decided it
+    masked = 0
     for r in scored:
         errors.update(r.error_kinds)
         suspicious.update(r.suspicious)
+        decision = suspicion_decision(DEFAULT_SUSPICION_POLICY, r.reward_hacking, r.suspicious)
+        if decision.action is SuspicionPolicy.zero and (r.reward or 0.0) > 0:
+            zeroed.update(decision.keys)
+            zeroed["(episodes)"] += 1
+        masked += decision.action is SuspicionPolicy.mask
     episode_wall = sum(r.wall_s for r in results)
     lost = Usage()
     for r in results:
@@ -137,6 +147,10 @@ def summarize(results: Sequence[EpisodeResult], samples: int, wall_s: float | No
         "reward_hacking": sum(r.reward_hacking for r in scored),
         "suspicious": sum(bool(r.suspicious) for r in scored),
         "suspicious_reasons": dict(suspicious.most_common()),
+        # the trainer's default env.suspicion_policy applied to these episodes (the rates above are the grader's)
+        "policy_zeroed": zeroed.pop("(episodes)", 0),
+        "policy_zeroed_reasons": dict(zeroed.most_common()),
+        "policy_masked": masked,
         "lost_reasons": dict(Counter(r.lost_reasons[-1].split(":")[0] for r in results
                                      if r.status == "lost" and r.lost_reasons).most_common()),
         "retried_episodes": sum(r.attempts > 1 for r in results),

@@ -1,4 +1,4 @@
-"""``task-factory build|mine|validate|reverify|import`` (also ``python -m task_factory ...``)."""
+"""``task-factory build|mine|validate|reverify|monitor|import`` (also ``python -m task_factory ...``)."""
 
 from __future__ import annotations
 
@@ -75,6 +75,22 @@ def add_task_commands(sub: argparse._SubParsersAction) -> None:
     reverify.add_argument("--fail-on-change", action="store_true", help="exit 1 when any reward changed")
     reverify.set_defaults(func=_reverify)
 
+    monitor = sub.add_parser("monitor", help="scan every task's gold patch with the grader's monitor: per reason, "
+                                             "the gold patches it flags (false positives) and which tasks")
+    monitor.add_argument("files", nargs="*", type=Path, metavar="FILE", help="task files (JSON/JSONL)")
+    monitor.add_argument("--rows", nargs="+", type=Path, default=[], metavar="FILE",
+                         help="SWE-bench-family dataset files (as for `import`): the rows that import are scanned")
+    monitor.add_argument("--release-pairs", action="store_true",
+                         help="also the library side of every release pair of the mine catalog, kept as a task or "
+                              "not (the gold patch `mine` cuts for it; sdists from the cache or the index)")
+    monitor.add_argument("--cache-dir", type=Path, default=None,
+                         help="downloads (default $SWE_OPENENV_TASKGEN_CACHE or ~/.cache)")
+    monitor.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the scan as JSON")
+    monitor.add_argument("--check-defaults", action="store_true",
+                         help="exit 1 when a reason the trainer scores 0 by default (SUSPICION_TABLE) flags a "
+                              "gold patch")
+    monitor.set_defaults(func=_monitor)
+
     from task_factory.datasets.cli import add_import_command
 
     add_import_command(sub)
@@ -149,6 +165,32 @@ def _validate(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _monitor(args: argparse.Namespace) -> int:
+    from verifier.task import TaskFileError
+
+    from .datasets import ReadError
+    from .monitor_scan import scan_packs
+
+    if not args.files and not args.rows and not args.release_pairs:
+        print("task-factory monitor: no task file, --rows file or --release-pairs given", file=sys.stderr)
+        return 2
+    try:
+        scan = scan_packs(args.files, args.rows, release_pairs=args.release_pairs, cache_dir=args.cache_dir)
+    except (TaskFileError, ReadError, TaskgenError) as exc:
+        print(f"task-factory monitor: {exc}", file=sys.stderr)
+        return 2
+    print(scan.table())
+    if args.json is not None:
+        args.json.write_text(scan.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    wrong = scan.false_positives()
+    if args.check_defaults and wrong:
+        for reason, hits in wrong.items():
+            print(f"task-factory monitor: {reason} is scored 0 by default but flags {len(hits)} gold patch(es): "
+                  f"{', '.join(t.instance_id for t in hits)}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _reverify(args: argparse.Namespace) -> int:
     from verifier.task import TaskFileError
 
@@ -170,7 +212,8 @@ def _reverify(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="task-factory", description=(
-        "make task files: synthesize bugs, mine real fixes, import SWE-bench-family rows, validate, re-grade"))
+        "make task files: synthesize bugs, mine real fixes, import SWE-bench-family rows, validate, re-grade, "
+        "measure the monitor on gold patches"))
     add_task_commands(parser.add_subparsers(dest="tasks_command", required=True))
     return parser
 

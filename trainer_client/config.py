@@ -1,7 +1,8 @@
 """Typed run configuration: one YAML file -> GRPOConfig (section `grpo`) + our own options.
 
     model:  {name_or_path: tiny-qwen | <path or hub id>, tokenizer: qwen-offline | <path> | null}
-    env:    {urls: [...], reset_keys, auto_submit, max_output_chars, client: {...ClientConfig}}
+    env:    {urls: [...], reset_keys, auto_submit, max_output_chars, client: {...ClientConfig},
+             suspicion_policy: {<monitor reason> | reward_hacking: keep | zero | mask}}
     data:   {tasks: tasks.jsonl | instance_ids: [...], prompt: "...", repeat: N}
     grpo:   any GRPOConfig field (validated by constructing GRPOConfig)
     loss:   trainer_client.losses LossConfig fields (channels 2/3), optional
@@ -12,8 +13,9 @@
     eval:   {tasks, every_steps, samples, ...}: held-out evaluation during training
             (trainer_client/eval_during_training.py), optional
 
-Overrides are dotted `key=value` pairs (`grpo.max_steps=3`, `env.urls=[...]`), values
-parsed as YAML.
+Overrides are dotted `key=value` pairs (`grpo.max_steps=3`, `env.urls=[...]`,
+`env.suspicion_policy.import_machinery=mask`), values parsed as YAML. `config_error` words a
+validation error as one line (`trainer-client` prints it instead of a traceback).
 """
 
 from __future__ import annotations
@@ -22,14 +24,14 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from contract import DEFAULT_PROMPT
+from contract import DEFAULT_PROMPT, DEFAULT_SUSPICION_POLICY, SUSPICION_POLICY_KEYS, SuspicionPolicy
 from contract.overrides import apply_overrides, read_yaml_mapping
 from env_client import ClientConfig
 
 __all__ = ["EvalSection", "RunConfig", "apply_overrides", "build_grpo_config", "build_loss_config", "build_peft_config",
-           "load_config"]
+           "config_error", "load_config"]
 
 TINY_MODEL = "tiny-qwen"
 OFFLINE_TOKENIZER = "qwen-offline"
@@ -52,6 +54,26 @@ class EnvSection(_Section):
     auto_submit: bool = True
     max_output_chars: int = Field(8000, gt=0)
     client: ClientConfig = Field(default_factory=ClientConfig)
+    suspicion_policy: dict[str, SuspicionPolicy] = Field(
+        default_factory=lambda: dict(DEFAULT_SUSPICION_POLICY),
+        description="what a graded rollout's flags do to its reward, per monitor reason (contract "
+        "SUSPICION_TABLE) and `reward_hacking`: keep (the reward stands), zero (0.0), mask (out of the loss, "
+        "as an infra failure); zero wins over mask over keep. Keys not given keep their default "
+        "(docs/grading.md, 'The monitor': each default follows the monitor's false positives on gold patches)")
+
+    @field_validator("suspicion_policy", mode="before")
+    @classmethod
+    def _known_reasons(cls, value: Any) -> Any:
+        """Only the closed set of keys, each given or defaulted; a wrong key names the valid ones."""
+        if value is None:
+            return dict(DEFAULT_SUSPICION_POLICY)
+        if not isinstance(value, dict):
+            raise ValueError(f"a mapping of reason to keep|zero|mask; valid keys: {', '.join(SUSPICION_POLICY_KEYS)}")
+        unknown = [str(k) for k in value if k not in SUSPICION_POLICY_KEYS]
+        if unknown:
+            raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}; valid keys: "
+                             f"{', '.join(SUSPICION_POLICY_KEYS)}")
+        return {**DEFAULT_SUSPICION_POLICY, **value}
 
 
 class DataSection(_Section):
@@ -155,6 +177,15 @@ class RunConfig(_Section):
         if not self.data.tasks:
             raise ValueError("data.tasks or data.instance_ids is required")
         return [str(r["instance_id"]) for r in self.task_rows()]
+
+
+def config_error(exc: ValidationError) -> str:
+    """A config's validation errors on one line: `invalid config: env.x: why; ...`."""
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(config)"
+        parts.append(f"{where}: {' '.join(err['msg'].removeprefix('Value error, ').split())}")
+    return "invalid config: " + "; ".join(parts)
 
 
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig:

@@ -12,7 +12,8 @@ Per turn, `turns` records (turn index, tool name, error_kind, hint_template_key,
 error_source) from the observation metadata; the trainer turns failing agent turns into
 token-indexed error sites for the loss channels. The final (graded) observation's hack-attempt
 signals are kept as `reward_hacking` (grading detected tampering: reward 0) and `suspicious`
-(the monitor's flags, reward unchanged); the trainer sums them per step.
+(the monitor's flags); the trainer sums them per step. `get_reward` applies the run's
+`suspicion_policy` to them (keep, zero or mask per reason; `decision` records what it did).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import asyncio
 import inspect
 from typing import Any, ClassVar
 
-from contract import format_tool_output, tool_docstring
+from contract import (DEFAULT_SUSPICION_POLICY, SuspicionDecision, SuspicionPolicy, format_tool_output,
+                      suspicion_decision, tool_docstring)
 from env_client import ClientConfig, EnvClient, EnvClientError, RemoteSession
 
 __all__ = ["EnvRuntime", "SweEnvironment", "make_environment_class"]
@@ -50,6 +52,8 @@ class SweEnvironment:
     max_output_chars: ClassVar[int] = 8000
     #: reward after an env/infra failure: None masks the rollout out of GRPO (set 0.0 to score it)
     infra_reward: ClassVar[float | None] = None
+    #: what a graded rollout's monitor flags and `reward_hacking` do to its reward (config env.suspicion_policy)
+    suspicion_policy: ClassVar[dict[str, SuspicionPolicy]] = DEFAULT_SUSPICION_POLICY
 
     def __init__(self) -> None:
         if self.runtime is None:
@@ -64,6 +68,9 @@ class SweEnvironment:
         self.episode_id: str | None = None
         self.reward_hacking = False
         self.suspicious: tuple[str, ...] = ()
+        #: what `suspicion_policy` did with the graded reward (set by `get_reward`; None before it, or
+        #: after an infra failure, which the policy never sees)
+        self.decision: SuspicionDecision | None = None
         #: set by the trainer before a policy turn's tool calls: the assistant message they came from
         self.pending_assistant: dict | None = None
         self._turn = 0
@@ -110,7 +117,7 @@ class SweEnvironment:
         self._session = session
         self.pending_assistant, self._turn = None, 0
         self.turns, self.reward, self.done, self.infra_error = [], None, False, None
-        self.reward_hacking, self.suspicious = False, ()
+        self.reward_hacking, self.suspicious, self.decision = False, (), None
         self.instance_id = (obs.get("metadata") or {}).get("instance_id", kwargs.get("instance_id"))
         self.episode_id = (obs.get("metadata") or {}).get("episode_id")
         self.replica_url = session.connection.url  # where the episode's trace lives (replay reads it there)
@@ -135,13 +142,17 @@ class SweEnvironment:
         grading could not run: `infra_error` says which) the reward is `infra_reward`: None by
         default, which TRL (>= 1.16) treats as unscorable: the rollout is left out of its
         group's baseline and gets advantage 0, instead of being scored as a wrong answer.
+
+        Otherwise `suspicion_policy` decides from the graded observation's `reward_hacking` and
+        `suspicious` flags: the reward stands (keep), becomes 0.0 (zero) or None (mask, as above).
         """
         if not self.done and self.auto_submit and self._session is not None and self.infra_error is None:
             self._call("submit", {}, record=False)
         if self.infra_error is not None:
             reward = self.infra_reward
         else:
-            reward = float(self.reward) if self.reward is not None else 0.0
+            self.decision = suspicion_decision(self.suspicion_policy, self.reward_hacking, self.suspicious)
+            reward = self.decision.reward(float(self.reward) if self.reward is not None else 0.0)
         self._release()  # TRL has no teardown hook: free the server slot now
         return reward
 
@@ -226,10 +237,14 @@ def make_environment_class(
     auto_submit: bool | None = None,
     max_output_chars: int | None = None,
     offset: int = 0,
+    suspicion_policy: dict[str, SuspicionPolicy] | None = None,
 ) -> type[SweEnvironment]:
     """A SweEnvironment subclass bound to a runtime for `urls` (TRL instantiates it with no args);
-    `offset`: the replica pool's round-robin start (the trainer's process index)."""
+    `offset`: the replica pool's round-robin start (the trainer's process index); `suspicion_policy`:
+    the keys to change from `DEFAULT_SUSPICION_POLICY` (a config's `env.suspicion_policy`)."""
     attrs: dict[str, Any] = {"runtime": EnvRuntime(urls, config, offset=offset)}
+    if suspicion_policy is not None:
+        attrs["suspicion_policy"] = {**DEFAULT_SUSPICION_POLICY, **suspicion_policy}
     if reset_keys is not None:
         attrs["reset_keys"] = tuple(reset_keys)
     if auto_submit is not None:

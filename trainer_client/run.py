@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 
 from env_client import resolve_token
-from trainer_client.config import RunConfig, load_config, load_tokenizer, model_path
+from trainer_client.config import RunConfig, config_error, load_config, load_tokenizer, model_path
 
 __all__ = ["RunSetupError", "capacity_report", "name_the_base_model", "resolve_config", "train"]
 
@@ -34,7 +34,8 @@ def resolve_config(config: str | Path, overrides: Sequence[str] = (), *, env_url
     """The run config as `trainer-client train` resolves it: the YAML file, then `overrides`
     (KEY=VALUE, in order), then each given run argument, which replaces its key (env.urls,
     data.tasks, grpo.output_dir, grpo.max_steps). The env servers' token: `env_token`, else
-    $ENV_SERVER_TOKEN; kept as a secret (never dumped in clear)."""
+    $ENV_SERVER_TOKEN; kept as a secret (never dumped in clear). A config that does not validate
+    raises `RunSetupError` with one line (`config_error`)."""
     overrides = list(overrides)
     if env_urls:
         overrides.append(f"env.urls={list(env_urls)!r}".replace("'", '"'))
@@ -44,7 +45,10 @@ def resolve_config(config: str | Path, overrides: Sequence[str] = (), *, env_url
         overrides.append(f"grpo.output_dir={output_dir}")
     if max_steps is not None:
         overrides.append(f"grpo.max_steps={max_steps}")
-    cfg = load_config(config, overrides)
+    try:
+        cfg = load_config(config, overrides)
+    except ValidationError as exc:  # one line naming the key, not pydantic's multi-line report
+        raise RunSetupError(config_error(exc)) from None
     token = resolve_token(env_token)
     if token:
         cfg.env.client = cfg.env.client.model_copy(update={"token": SecretStr(token)})
@@ -122,7 +126,8 @@ def train(cfg: RunConfig, resume: bool = False):
             for iid in cfg.instance_ids()] * cfg.data.repeat
     env_cls = make_environment_class(cfg.env.urls, cfg.env.client, reset_keys=cfg.env.reset_keys,
                                      auto_submit=cfg.env.auto_submit, max_output_chars=cfg.env.max_output_chars,
-                                     offset=grpo.process_index)  # ranks start their sessions on different replicas
+                                     offset=grpo.process_index,  # ranks start their sessions on different replicas
+                                     suspicion_policy=cfg.env.suspicion_policy)
     jsonl = Path(cfg.output.metrics_jsonl or Path(grpo.output_dir) / "metrics.jsonl")
     stack = ExitStack()
     try:

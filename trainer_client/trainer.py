@@ -37,7 +37,7 @@ from typing import Any
 from trl import GRPOTrainer
 from trl.chat_template_utils import parse_response
 
-from contract import SuspicionReason
+from contract import SuspicionPolicy, SuspicionReason
 from trainer_client.distributed import gather_objects
 from trainer_client.losses.mixin import ThreeChannelLossMixin
 
@@ -116,6 +116,12 @@ class ConcurrentToolsMixin:
             counts["env/suspicious_submissions"] += bool(flags)
             for reason in SUSPICION_REASONS:  # the closed set, zeros included: a steady series per reason
                 counts[f"env/suspicious/{reason}"] += reason in flags
+            # what env.suspicion_policy did: a graded reward > 0 it set to 0, a rollout it took out of the loss
+            decision = getattr(env, "decision", None)
+            if decision is not None:
+                counts["env/suspicious_zeroed"] += (decision.action is SuspicionPolicy.zero
+                                                    and (getattr(env, "reward", None) or 0.0) > 0)
+                counts["env/suspicious_masked"] += decision.action is SuspicionPolicy.mask
         counts["rollouts"] = len(envs)
         counts["sites"] = sum(map(len, sites)) if envs else 0
         counts.update(self._capacity_delta(envs))
@@ -134,8 +140,8 @@ class ConcurrentToolsMixin:
         metrics["env/error_sites_per_rollout"].append(total.pop("sites", 0) / n)
         metrics["env/tool_phase_s"].append(max(seconds for _, seconds in per_rank))
         metrics["env/pass_rate"].append(total.pop("env/passed", 0) / n)
-        for key in ("env/infra_failures", "env/reward_hacking", "env/suspicious_submissions",
-                    *(f"env/suspicious/{r}" for r in SUSPICION_REASONS)):
+        for key in ("env/infra_failures", "env/reward_hacking", "env/suspicious_submissions", "env/suspicious_zeroed",
+                    "env/suspicious_masked", *(f"env/suspicious/{r}" for r in SUSPICION_REASONS)):
             metrics[key].append(float(total.pop(key, 0)))
         for key in ("env/capacity_waits", "env/capacity_wait_s"):
             if key in total:

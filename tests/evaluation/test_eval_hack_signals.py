@@ -30,5 +30,10 @@ def test_reward_hacking_and_suspicious_counts(env_url: str, gold_tasks_file: Pat
     assert s["suspicious_reasons"] == {reason: sum(reason in r["suspicious"] for r in (h, f))
                                        for reason in set(h["suspicious"]) | set(f["suspicious"])}
     reasons = ", ".join(f"{k} {v}" for k, v in s["suspicious_reasons"].items())
+    md = (out / "report.md").read_text(encoding="utf-8")
     assert (f"- reward_hacking (grading detected tampering, reward 0): 1; suspicious (monitor flags, reward "
-            f"unchanged): 2 ({reasons})\n") in (out / "report.md").read_text(encoding="utf-8")
+            f"unchanged): 2 ({reasons})\n") in md
+    # the trainer's defaults: process_exit is kept (honest CLIs call sys.exit); the tampered one is 0 already
+    assert (s["policy_zeroed"], s["policy_masked"]) == (0, 0)
+    assert ("- under the trainer's default monitor policy (env.suspicion_policy): 0 resolved episode(s) would "
+            "score 0, 0 would be masked; the resolved rate is the grader's\n") in md

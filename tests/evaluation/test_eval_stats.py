@@ -123,3 +123,28 @@ def test_summarize_every_sample_lost_and_ks():
     assert task_pass_rates(lost)["X"]["rate"] is None
     assert list(summarize(constructed(), samples=3)["pass_at_k"]) == ["pass@1", "pass@2", "pass@3"]
     assert list(summarize(constructed(), samples=1)["pass_at_k"]) == ["pass@1"]
+
+
+def test_the_report_says_what_the_trainers_default_monitor_policy_would_do():
+    """Flags leave the resolved rate alone (the grader's); the report counts the resolved episodes the
+    trainer's default policy would score 0 (a zero reason), and the ones it would mask (none by default)."""
+    from types import SimpleNamespace
+
+    from contract import DEFAULT_SUSPICION_POLICY, SuspicionPolicy
+    from evaluation.report import markdown
+
+    zero = [r for r, p in DEFAULT_SUSPICION_POLICY.items() if p is SuspicionPolicy.zero and r != "reward_hacking"][0]
+    keep = [r for r, p in DEFAULT_SUSPICION_POLICY.items() if p is SuspicionPolicy.keep][0]
+    results = [_r("A", 0, "resolved", "swe-bench", "r1", suspicious=[zero]),
+               _r("A", 1, "resolved", "swe-bench", "r1", suspicious=[keep]),
+               _r("A", 2, "unresolved", "swe-bench", "r1", suspicious=[zero]),  # scored 0 already
+               _r("B", 0, "unresolved", "swe-bench", "r1", reward_hacking=True),
+               _r("B", 1, "resolved", "swe-bench", "r1")]
+    s = summarize(results, samples=3)
+    assert s["overall"]["resolved"] == 3 and s["overall"]["resolved_rate"] == pytest.approx(3 / 5)
+    assert (s["suspicious"], s["reward_hacking"]) == (3, 1)
+    assert (s["policy_zeroed"], s["policy_zeroed_reasons"], s["policy_masked"]) == (1, {zero: 1}, 0)
+    report = markdown(SimpleNamespace(model_name="m", describe={}), s)
+    assert (f"- under the trainer's default monitor policy (env.suspicion_policy): 1 resolved episode(s) would score 0 "
+            f"({zero} 1), 0 would be masked; the resolved rate is the grader's\n") in report
+    assert "**Resolved 3 / 5 episodes = 60.0%**" in report

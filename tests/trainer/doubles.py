@@ -8,8 +8,9 @@ server; end-to-end tests use the real server.
 
 Scripted tools: `bash` ("sleep S" sleeps S seconds; "false" or anything with "error" is a
 failing command that carries error-site markers; else echoes), `submit` (done; reward 1.0
-if the episode ran `echo fix`, else 0.0; `grading[instance_id]` is merged into its metadata,
-e.g. the grader's hack-attempt signals); other tools echo their arguments.
+if the episode ran `echo fix` or its instance is in `solved`, else 0.0; `grading[instance_id]`
+is merged into its metadata, e.g. the grader's hack-attempt signals); other tools echo their
+arguments.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class MuxServerDouble:
         self.episodes: dict[str, _Episode] = {}
         self.executed: list[tuple[str, str]] = []  # (session_id, request_id) actually executed
         self.grading: dict[str, dict] = {}  # instance_id -> extra metadata of its graded observation
+        self.solved: set[str] = set()  # instance_ids whose submit scores 1.0 without `echo fix`
         self._cache: dict[str, dict] = {}
         self._conns: set = set()
         self._loop = asyncio.new_event_loop()
@@ -171,7 +173,7 @@ class MuxServerDouble:
                 output = cmd.removeprefix("echo ")
         elif name == "submit":
             ep.done = True
-            reward = 1.0 if ep.fixed else 0.0
+            reward = 1.0 if ep.fixed or ep.instance_id in self.solved else 0.0
             output = "submitted"
             meta.update(tests_passed=int(ep.fixed), tests_failed=int(not ep.fixed))
             meta.update(self.grading.get(ep.instance_id, {}))
