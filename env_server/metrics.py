@@ -27,11 +27,11 @@ class Metrics:
         self.rewards = Counter("envserver_graded_total", "graded episodes", ["resolved"], registry=r)
         self.reward_hacking = Counter("envserver_reward_hacking_total",
                                       "graded episodes whose grading detected tampering", registry=r)
-        self.replay = Counter("envserver_replay_checks_total", "replay checks of graded episodes whose tests "
+        self.script_checks = Counter("envserver_script_checks_total", "script checks of graded episodes whose tests "
                               "passed (docs/grading.md, guarantee 8), by outcome: held, failed, or none (the task "
                               "has no checked call)", ["outcome"], registry=r)
         for outcome in ("held", "failed", "none"):
-            self.replay.labels(outcome)
+            self.script_checks.labels(outcome)
         self.suspicious = Counter("envserver_suspicious_submissions_total",
                                   "monitor flags on graded episodes, one per reason", ["reason"], registry=r)
         for reason in SuspicionReason:  # every series exists from the start (at 0)

@@ -364,9 +364,10 @@ class EnvService:
             m.rewards.labels(str(bool(obs.metadata.get("resolved")))).inc()
             if obs.metadata.get("reward_hacking") is True:
                 m.reward_hacking.inc()
-            replay = obs.metadata.get("replay")
-            if isinstance(replay, dict):
-                m.replay.labels("none" if not replay.get("ran") else "held" if replay.get("holds") else "failed").inc()
+            checked = obs.metadata.get("script_check")
+            if isinstance(checked, dict):
+                m.script_checks.labels("none" if not checked.get("ran") else "held" if checked.get("holds")
+                                       else "failed").inc()
             flags = obs.metadata.get("suspicious")
             if isinstance(flags, list):  # only the closed SuspicionReason set: label cardinality stays bounded
                 for reason in _SUSPICION_REASONS.intersection(f for f in flags if isinstance(f, str)):

@@ -341,7 +341,7 @@ class _PackageMiner:
         if self.check == "host":
             _gold, _empty, err = _host_pair(task)
         else:
-            _gold, _empty, err, _replay = asyncio.run(_grading_pair(task, self.check, None))
+            _gold, _empty, err, _checked = asyncio.run(_grading_pair(task, self.check, None))
         return err
 
     # -- output ----------------------------------------------------------------------------

@@ -39,7 +39,7 @@ class ValidationRow(BaseModel):
     empty_reward: float | None = None
     error: str | None = Field(None, description="why a grading gave no usable reward")
     statement_error: str | None = Field(None, description="why the statement fails its check (--statements)")
-    replay: str | None = Field(None, description="the replay check of the gold patch (docs/grading.md, guarantee 8): "
+    script_check: str | None = Field(None, description="the script check of the gold patch (docs/grading.md, guarantee 8): "
                                "calls checked and FAIL_TO_PASS tests covered, or why none")
     duration_s: float = 0.0
 
@@ -61,14 +61,14 @@ class ValidationReport(BaseModel):
     def table(self) -> str:
         """A fixed-width table, one line per task, and a closing 'N passed, N failed' line."""
         width = max([len("instance_id")] + [len(r.instance_id) for r in self.rows])
-        head = f"{'instance_id':<{width}}  gold  empty  ok   secs  replay                  error"
+        head = f"{'instance_id':<{width}}  gold  empty  ok   secs  script check            error"
         lines = [head, "-" * len(head)]
         for r in self.rows:
             g = "-" if r.gold_reward is None else f"{r.gold_reward:.2f}"
             e = "-" if r.empty_reward is None else f"{r.empty_reward:.2f}"
             why = "; ".join(filter(None, [r.error, r.statement_error and f"statement: {r.statement_error}"]))
             lines.append(f"{r.instance_id:<{width}}  {g:>4}  {e:>5}  {'yes' if r.ok else 'NO':<3} "
-                         f"{r.duration_s:5.1f}  {(r.replay or '-')[:22]:<22}  {why}".rstrip())
+                         f"{r.duration_s:5.1f}  {(r.script_check or '-')[:22]:<22}  {why}".rstrip())
         good = sum(r.ok for r in self.rows)
         lines.append(f"validate ({self.backend}): {good} passed, {len(self.rows) - good} failed")
         return "\n".join(lines)
@@ -90,12 +90,12 @@ async def validate_file(path: str | Path, backend: Backend = "bwrap", concurrenc
     async def one(task) -> ValidationRow:
         async with sem:
             t0 = time.monotonic()
-            replayed = None
+            checked = None
             try:
                 if backend == "host":
                     gold, empty, err = await asyncio.to_thread(_host_pair, task)
                 else:
-                    gold, empty, err, replayed = await _grading_pair(task, backend, sandbox_config)
+                    gold, empty, err, checked = await _grading_pair(task, backend, sandbox_config)
             except Exception as exc:  # one broken task must not hide the others' results
                 gold, empty, err = None, None, f"{type(exc).__name__}: {exc}"
             statement_error = None
@@ -105,7 +105,7 @@ async def validate_file(path: str | Path, backend: Backend = "bwrap", concurrenc
                 except Exception as exc:
                     statement_error = f"{type(exc).__name__}: {exc}"
             return ValidationRow(instance_id=task.instance_id, gold_reward=gold, empty_reward=empty, error=err,
-                                 statement_error=statement_error, replay=replayed,
+                                 statement_error=statement_error, script_check=checked,
                                  duration_s=round(time.monotonic() - t0, 2))
 
     rows = await asyncio.gather(*(one(t) for t in tasks))
@@ -130,17 +130,17 @@ async def _grading_pair(task, backend: str, sandbox_config
         errors.append(f"empty diff passes: its {len(empty.fail_to_pass)} FAIL_TO_PASS test(s) pass without a fix")
     if empty.error_source == "infra":
         errors.append(f"empty: {empty.error}")
-    return gold.reward, empty.reward, "; ".join(errors) or None, replay_summary(gold.replay)
+    return gold.reward, empty.reward, "; ".join(errors) or None, script_check_summary(gold.script_check)
 
 
-def replay_summary(replay: dict | None) -> str | None:
+def script_check_summary(check: dict | None) -> str | None:
     """``"4 calls, 3 tests"`` (checked calls, FAIL_TO_PASS tests with one), or ``"none: why"``."""
-    if not replay:
+    if not check:
         return None
-    if replay.get("ran"):
-        return (f"{replay.get('checked_calls', 0)} calls, {replay.get('tests_checked', 0)} tests"
-                + ("" if replay.get("holds") else " FAILS"))
-    return f"none: {replay.get('reason', '')}"
+    if check.get("ran"):
+        return (f"{check.get('checked_calls', 0)} calls, {check.get('tests_checked', 0)} tests"
+                + ("" if check.get("holds") else " FAILS"))
+    return f"none: {check.get('reason', '')}"
 
 
 _WHY = {"missing": "missing (the log never names it)", "failed": "failed", "error": "error",

@@ -39,7 +39,7 @@ from sandbox.base import Sandbox
 from sandbox.models import CommandStatus
 from sandbox.git import shell_git_setup
 
-from . import harness, offload, pytest_log, replay
+from . import harness, offload, pytest_log, script_check
 from .canary import Canary, CanaryPlan, function_id, plan_canaries, support_pathspecs
 from .diffs import diff_key, filter_diff, normalize_diff, touched_paths
 from .junit import PASSING, Outcome
@@ -81,8 +81,9 @@ class GradeResult(BaseModel):
     guess_bound: float | None = Field(None, description="the chance that a blind guess (one member of each "
                                       "canary group forced to pass) forces the originals of this run")
     guess_bound_f2p: float | None = Field(None, description="the same over the groups of FAIL_TO_PASS tests only")
-    replay: dict[str, Any] | None = Field(None, description="the replay check of a submission that passed its "
-                                         "tests (replay.py): calls checked, whether the fix held, the form")
+    script_check: dict[str, Any] | None = Field(None, description="the script check of a submission that passed "
+                                               "its tests (script_check.py): what was checked, whether the fix "
+                                               "held, the form")
     duration_s: float = 0.0
 
     def metadata(self) -> dict[str, Any]:
@@ -101,8 +102,8 @@ class GradeResult(BaseModel):
             out["tamper_reasons"] = self.tamper_reasons
         if self.suspicious_detail:
             out["suspicious_detail"] = self.suspicious_detail
-        if self.replay is not None:
-            out["replay"] = self.replay
+        if self.script_check is not None:
+            out["script_check"] = self.script_check
         if self.error:
             out["grade_error"] = self.error
             out["grade_error_source"] = self.error_source
@@ -574,28 +575,28 @@ def _harness_verdict(task: TaskInstance, facts: RunFacts, log: str, truncated: b
     return _score(task, lambda t: report.get(t, "missing"), base["mode"], log, True, base["dropped"])
 
 
-async def _replay(task: TaskInstance, agent_diff: str, config: SandboxConfig, go: asyncio.Event
-                  ) -> tuple[replay.ReplayPlan, replay.ReplayResult | None]:
-    plan = await replay.PLANS.get(task, config)
+async def _script_check(task: TaskInstance, agent_diff: str, config: SandboxConfig, go: asyncio.Event
+                  ) -> tuple[script_check.ScriptPlan, script_check.ScriptCheckResult | None]:
+    plan = await script_check.PLANS.get(task, config)
     if not plan.checked:
         return plan, None
-    return plan, await replay.check(task, agent_diff, plan, config, go=go)
+    return plan, await script_check.check(task, agent_diff, plan, config, go=go)
 
 
-def _with_replay(res: GradeResult, outcome: tuple[replay.ReplayPlan, replay.ReplayResult | None]) -> GradeResult:
+def _with_script_check(res: GradeResult, outcome: tuple[script_check.ScriptPlan, script_check.ScriptCheckResult | None]) -> GradeResult:
     """A resolved pytest verdict stands only if the fix also holds in a plain script on the agent's tree."""
     plan, checked = outcome
     if checked is None:
-        return res.model_copy(update={"replay": {"ran": False, **plan.summary()}})
+        return res.model_copy(update={"script_check": {"ran": False, **plan.summary()}})
     summary = {"ran": True, "holds": checked.holds, **plan.summary(), "form": checked.form,
                **({"mismatched": checked.mismatched} if checked.mismatched else {}),
                **({"error": checked.error} if checked.error else {})}
     if checked.holds:
-        return res.model_copy(update={"replay": summary})
+        return res.model_copy(update={"script_check": summary})
     why = checked.mismatched[0] if checked.mismatched else checked.error
     return res.model_copy(update={
-        "replay": summary, "reward": 0.0, "resolved": False, "error_source": "agent",
-        "error": f"the fix does not hold outside the test run (replayed as a plain script): {why}"})
+        "script_check": summary, "reward": 0.0, "resolved": False, "error_source": "agent",
+        "error": f"the fix does not hold outside the test run (run as a plain script): {why}"})
 
 
 async def grade_submission(task: TaskInstance, diff: str, config: SandboxConfig,
@@ -623,25 +624,25 @@ async def grade_submission(task: TaskInstance, diff: str, config: SandboxConfig,
 
     async def run() -> GradeResult:
         started = time.perf_counter()
-        # The replay check (replay.py) gets its sandbox ready beside the pytest run (started, the diff
+        # The script check (script_check.py) gets its sandbox ready beside the pytest run (started, the diff
         # applied); its script runs only for a submission whose tests passed, else it is dropped.
         go = asyncio.Event()
-        replaying = asyncio.ensure_future(_replay(task, agent_diff, config, go)) if agent_diff.strip() else None
+        checking = asyncio.ensure_future(_script_check(task, agent_diff, config, go)) if agent_diff.strip() else None
         try:
             res = await _grade_in_sandbox(task, agent_diff, dropped, config, mode, timeout_s)
-            if replaying is not None and (res.resolved or (res.mode == "pass_rate" and any(
+            if checking is not None and (res.resolved or (res.mode == "pass_rate" and any(
                     o == "passed" for o in res.fail_to_pass.values()))):
                 go.set()
-                res = _with_replay(res, await replaying)
+                res = _with_script_check(res, await checking)
         except SandboxError as exc:
             res = GradeResult(reward=0.0, mode=mode, dropped=dropped, error_source="infra",
                               error=f"{type(exc).__name__}: {exc}")
         except harness.HarnessError as exc:  # the server cannot grade this task: not the agent's doing
             res = GradeResult(reward=0.0, mode=mode, dropped=dropped, error_source="env", error=str(exc))
         finally:
-            if replaying is not None and not replaying.done():
-                replaying.cancel()
-                await asyncio.gather(replaying, return_exceptions=True)
+            if checking is not None and not checking.done():
+                checking.cancel()
+                await asyncio.gather(checking, return_exceptions=True)
         return res.model_copy(update={"duration_s": round(time.perf_counter() - started, 3)})
 
     res = await cache.get_or_run(key, run, draw_free=not agent_diff.strip())

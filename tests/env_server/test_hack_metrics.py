@@ -45,16 +45,16 @@ def test_observe_counts_tampering_and_only_known_suspicion_reasons(tmp_path):
     assert _samples(text, "envserver_graded_total") == {"": 3.0}
 
 
-def test_observe_counts_replay_outcomes(tmp_path):
+def test_observe_counts_script_check_outcomes(tmp_path):
     svc = EnvService(ServerConfig(data_dir=tmp_path), [])
-    svc._observe(SUBMIT, _graded(replay={"ran": True, "holds": True}), 0.1)
-    svc._observe(SUBMIT, _graded(replay={"ran": True, "holds": False, "mismatched": ["f(1): ..."]}), 0.1)
-    svc._observe(SUBMIT, _graded(replay={"ran": True, "holds": False}), 0.1)
-    svc._observe(SUBMIT, _graded(replay={"ran": False, "reason": "no call"}), 0.1)
-    svc._observe(SUBMIT, _graded(), 0.1)  # tests failed: no replay
+    svc._observe(SUBMIT, _graded(script_check={"ran": True, "holds": True}), 0.1)
+    svc._observe(SUBMIT, _graded(script_check={"ran": True, "holds": False, "mismatched": ["f(1): ..."]}), 0.1)
+    svc._observe(SUBMIT, _graded(script_check={"ran": True, "holds": False}), 0.1)
+    svc._observe(SUBMIT, _graded(script_check={"ran": False, "reason": "no call"}), 0.1)
+    svc._observe(SUBMIT, _graded(), 0.1)  # tests failed: no script check
     text = svc.metrics.render().decode()
     outcomes = {s.labels["outcome"]: s.value for fam in text_string_to_metric_families(text)
-                for s in fam.samples if s.name == "envserver_replay_checks_total"}
+                for s in fam.samples if s.name == "envserver_script_checks_total"}
     assert outcomes == {"held": 1.0, "failed": 2.0, "none": 1.0}
 
 

@@ -1,4 +1,4 @@
-"""Hidden tests as plain Python, for the replay check (``replay.py``) of tests whose calls it cannot record.
+"""Hidden tests as plain Python, for the script check (``script_check.py``) of tests whose calls it cannot record.
 
 A FAIL_TO_PASS test whose calls the recorder cannot write as source (a class the test defines,
 a callback that closes over its state, ``mock``) still has a body a plain script can run: the
@@ -12,9 +12,9 @@ test module's own source, with
 - the test called directly (a unittest case through ``setUp``/``tearDown``, a plain class
   through ``setup_method``/``teardown_method``).
 
-Only tests without fixtures or parameters are written this way; the replay then checks that the
+Only tests without fixtures or parameters are written this way; the script check then checks that the
 test runs to its end on the submission, as it does on the fixed tree and does not on the buggy one
-(``replay.expect`` keeps only such tests).
+(``script_check.expect`` keeps only such tests).
 """
 
 from __future__ import annotations

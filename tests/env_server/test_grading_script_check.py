@@ -1,10 +1,10 @@
-"""The replay check (verifier/replay.py): a fix must hold in a plain script on the agent's own tree.
+"""The script check (verifier/script_check.py): a fix must hold in a plain script on the agent's own tree.
 
 Real tasks, real sandboxes: the demo task (six, its tests hidden in ``test_patch``) and a built
 task (inflection, its tests in the workspace). The plan is recorded from the gold patch; the gold
 patch holds, an empty diff does not, and the gold fix behind a condition that holds only in a
 grading run (pytest loaded, a test frame on the stack, pytest's environment variable, a node id on
-the command line) passes its tests honestly and is still scored 0 by the replay, on both backends.
+the command line) passes its tests honestly and is still scored 0 by the script check, on both backends.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from envlib import docker_or_fail, requires_sandbox, run
 
 from sandbox import SandboxConfig
-from verifier import replay
+from verifier import script_check
 from verifier.grade import GradeCache, grade_submission
 from verifier.task import TaskInstance, load_tasks
 
@@ -65,9 +65,9 @@ def test_plan_checks_the_bug_and_gold_holds_where_empty_does_not(demo_task: Task
     async def main():
         out = {}
         for task in (demo_task, built_task):
-            plan = await replay.prepare(task, config)
-            gold = await replay.check(task, task.patch, plan, config)
-            empty = await replay.check(task, "", plan, config)
+            plan = await script_check.prepare(task, config)
+            gold = await script_check.check(task, task.patch, plan, config)
+            empty = await script_check.check(task, "", plan, config)
             out[task.instance_id] = (plan, gold, empty)
         return out
 
@@ -99,26 +99,26 @@ def test_a_fix_active_only_while_graded_scores_zero(backend: str, demo_task: Tas
     results = run(main())
     for task in (demo_task, built_task):
         gold, empty = results[(task.instance_id, "gold")], results[(task.instance_id, "empty")]
-        assert gold.reward == 1.0 and gold.replay and gold.replay["ran"] and gold.replay["holds"], gold
-        assert empty.reward == 0.0 and empty.replay is None, empty
+        assert gold.reward == 1.0 and gold.script_check and gold.script_check["ran"] and gold.script_check["holds"], gold
+        assert empty.reward == 0.0 and empty.script_check is None, empty
         for gate in gates:
             res = results[(task.instance_id, gate)]
             # the hidden tests pass (the fix is active under pytest) ...
             assert all(o == "passed" for o in res.fail_to_pass.values()), (gate, res.fail_to_pass, res.error)
             assert not res.tampered, (gate, res.tamper_reasons)
-            # ... and the replay, a plain script on the agent's tree, shows the bug: 0, the agent's
+            # ... and the script check, a plain script on the agent's tree, shows the bug: 0, the agent's
             assert res.reward == 0.0 and res.error_source == "agent", (gate, res)
-            assert res.replay and res.replay["ran"] and not res.replay["holds"], (gate, res.replay)
+            assert res.script_check and res.script_check["ran"] and not res.script_check["holds"], (gate, res.script_check)
             assert "does not hold outside the test run" in (res.error or ""), (gate, res.error)
 
 
 def test_script_forms_and_labels_are_drawn_fresh(demo_task: TaskInstance):
-    plan = run(replay.prepare(demo_task, SandboxConfig(backend="bwrap")))
+    plan = run(script_check.prepare(demo_task, SandboxConfig(backend="bwrap")))
     forms, labels = set(), set()
     for seed in range(40):
         rng = random.Random(seed)
-        script = replay.render(plan.scenes, set(plan.expected), rng)
-        form, cmd = replay.command(script.source, "python", rng)
+        script = script_check.render(plan.scenes, set(plan.expected), rng)
+        form, cmd = script_check.command(script.source, "python", rng)
         forms.add(form)
         labels |= set(script.labels)
         # nothing of the grader is in what runs: no expected value, no test source, no pytest
@@ -135,14 +135,14 @@ def test_every_style_of_script_holds_for_gold_and_not_for_the_bug(built_task: Ta
     config = SandboxConfig(backend="bwrap")
 
     async def main():
-        plan = await replay.prepare(built_task, config)
+        plan = await script_check.prepare(built_task, config)
         out = []
         for n, (labels, printer) in enumerate(
                 [(lab, pr) for lab in ("hex", "expression", "step", "case") for pr in ("args", "fstring", "ascii")]):
-            style = replay.Style(labels=labels, printer=printer, stream=("flush", "stderr_null", "unbuffered")[n % 3],
+            style = script_check.Style(labels=labels, printer=printer, stream=("flush", "stderr_null", "unbuffered")[n % 3],
                                  guard=("all", "risky")[n % 2], names=("v", "obj", "r", "x", "res")[n % 5])
-            gold = await replay.check(built_task, built_task.patch, plan, config, style=style)
-            empty = await replay.check(built_task, "", plan, config, style=style)
+            gold = await script_check.check(built_task, built_task.patch, plan, config, style=style)
+            empty = await script_check.check(built_task, "", plan, config, style=style)
             out.append((style, gold, empty))
         return plan, out
 
@@ -154,21 +154,21 @@ def test_every_style_of_script_holds_for_gold_and_not_for_the_bug(built_task: Ta
 
 
 def test_outcomes_compare_by_value_not_by_spelling():
-    assert replay.same("0.30000000000000004", "0.3")
-    assert replay.same("{'a': 1, 'b': 2}", "{'b': 2, 'a': 1}")
-    assert replay.same("{3, 1, 2}", "{1, 2, 3}")
-    assert replay.same("raised ValueError", "raised ValueError")
-    assert not replay.same("raised ValueError", "raised TypeError")
-    assert not replay.same("raised ValueError", "'raised ValueError'")
-    assert not replay.same("1", "True")  # bool is not int here
-    assert not replay.same("(1, 2)", "[1, 2]")
-    assert not replay.same("b'\\xff'", "b'\\xc3\\xbf'")
-    assert not replay.same("1", None)
+    assert script_check.same("0.30000000000000004", "0.3")
+    assert script_check.same("{'a': 1, 'b': 2}", "{'b': 2, 'a': 1}")
+    assert script_check.same("{3, 1, 2}", "{1, 2, 3}")
+    assert script_check.same("raised ValueError", "raised ValueError")
+    assert not script_check.same("raised ValueError", "raised TypeError")
+    assert not script_check.same("raised ValueError", "'raised ValueError'")
+    assert not script_check.same("1", "True")  # bool is not int here
+    assert not script_check.same("(1, 2)", "[1, 2]")
+    assert not script_check.same("b'\\xff'", "b'\\xc3\\xbf'")
+    assert not script_check.same("1", None)
 
 
 def test_a_label_printed_twice_is_no_witness():
     labels = {"abc123": "0.0", "def456": "0.1"}
-    out = replay.parse("abc123 1\nabc123 1\ndef456 'x'\nnoise\n", labels)
+    out = script_check.parse("abc123 1\nabc123 1\ndef456 'x'\nnoise\n", labels)
     assert out == {"0.1": "'x'"}
     # an outcome is its own line: what others print around it is not part of it
-    assert replay.parse("warning: x\nabc123 [1, 2]\nstray\n", labels) == {"0.0": "[1, 2]"}
+    assert script_check.parse("warning: x\nabc123 [1, 2]\nstray\n", labels) == {"0.0": "[1, 2]"}

@@ -1,11 +1,11 @@
-"""The replay check: a fix must hold where nothing says "graded" (docs/grading.md, guarantee 8).
+"""The script check: a fix must hold where nothing says "graded" (docs/grading.md, guarantee 8).
 
 Everything the test process can see, code under test can read, so a verdict that rests on
 the test process not telling canaries from hidden tests, or not telling a grading run from
-an ordinary one, can be forged. The replay check does not ask the test process anything:
+an ordinary one, can be forged. The script check does not ask the test process anything:
 
 1. **Record** (once per task, on the host's own tree: pristine + gold patch + ``test_patch``,
-   no agent code): the FAIL_TO_PASS tests run under pytest with ``replay_recorder.py``, which
+   no agent code): the FAIL_TO_PASS tests run under pytest with ``script_recorder.py``, which
    writes down every call the tests make into the code the gold patch changes, as Python
    source (a *scene* per test).
 2. **Expect**: the scenes, rendered as one plain script, run on the buggy tree and twice on the
@@ -23,8 +23,8 @@ an ordinary one, can be forged. The replay check does not ask the test process a
 A fix that is active only under pytest, only with a test frame on the stack, or only when it
 detects a grading run does not hold in a plain script, and the expected values exist only on
 the host. Limits: a call whose arguments are not writable as source (a lambda of the tests,
-an object of a test class) is not replayed; a task whose tests leave no checked call is
-graded by the pytest run alone (``ReplayPlan.checked == 0``), as are harness tasks.
+an object of a test class) is not run; a task whose tests leave no checked call is
+graded by the pytest run alone (``ScriptPlan.checked == 0``), as are harness tasks.
 """
 
 from __future__ import annotations
@@ -50,23 +50,23 @@ from sandbox.base import Sandbox
 from sandbox.models import CommandStatus
 
 from .diffs import is_test_path, split_diff
-from .replay_tests import SHIM, TestScript, plain
+from .script_tests import SHIM, TestScript, plain
 from .runner_config import runner_config
 from .task import TaskInstance
 
-REPLAY_VERSION = "1"
-RECORDER = Path(__file__).with_name("replay_recorder.py")
+SCRIPT_CHECK_VERSION = "1"
+RECORDER = Path(__file__).with_name("script_recorder.py")
 REC_DIR = "/tmp/.swe-rec"  # the recording run's plugin and settings (the host's own run, no agent code)
 MAX_EVENTS = 400  # calls recorded per test
 MAX_OUTPUT_CHARS = 2000  # a checked call's printed outcome, at most (larger ones are not checked)
-MAX_CHECKED_CHARS = 24_000  # printed by one replay in all, well under a command's output limit
+MAX_CHECKED_CHARS = 24_000  # printed by one check in all, well under a command's output limit
 RUN_TIMEOUT_S = 120.0
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _HANDLE = re.compile("\x00v(\\d+)\x00")  # an earlier result, as the recorder writes it (NUL: never in a repr)
 
 
-class ReplayResult(BaseModel):
-    """What one replay of a submission showed."""
+class ScriptCheckResult(BaseModel):
+    """What one script check of a submission showed."""
 
     checked: int = Field(0, description="calls compared with the fixed tree's outcome")
     mismatched: list[str] = Field(default_factory=list, description="'<call>: expected X, got Y', at most 5")
@@ -88,7 +88,7 @@ class Scene:
 
 
 @dataclass
-class ReplayPlan:
+class ScriptPlan:
     """A task's recorded scenes and the fixed tree's outcome of each checked call."""
 
     scenes: list[Scene] = field(default_factory=list)
@@ -98,7 +98,7 @@ class ReplayPlan:
     reason: str = ""  # why nothing is checked
     python: str = "python"  # the interpreter's name an agent's command uses in this task's sandbox
     risky: set[str] = field(default_factory=set)  # events that raised on the fixed or the buggy tree
-    # hidden tests made plain (replay_tests.py), run in a process of their own after the calls' process
+    # hidden tests made plain (script_tests.py), run in a process of their own after the calls' process
     test_blocks: list[TestScript] = field(default_factory=list)
     tests_expected: dict[str, str] = field(default_factory=dict)  # "t<module>.<test id>" -> "'passed'"
 
@@ -182,7 +182,7 @@ class Script:
 
 @dataclass(frozen=True)
 class Style:
-    """How one script is written, drawn afresh for each replay from the ways agents write theirs."""
+    """How one script is written, drawn afresh for each check from the ways agents write theirs."""
 
     labels: Literal["hex", "expression", "step", "case"] = "hex"
     printer: Literal["args", "fstring", "ascii"] = "args"
@@ -307,7 +307,7 @@ PASSED = "'passed'"  # what a plain test prints when it ran to its end
 
 def render_tests(blocks: list[TestScript], printed: set[str] | None, rng: random.Random,
                  style: Style | None = None) -> Script:
-    """The hidden tests made plain (``replay_tests.py``) as one script: the stand-in for pytest's helpers,
+    """The hidden tests made plain (``script_tests.py``) as one script: the stand-in for pytest's helpers,
     then each module and a call of each of its tests, which prints ``'passed'`` or what it raised.
     Keys: ``t<module>:<test id>``."""
     style = style or Style()
@@ -498,12 +498,12 @@ async def record(task: TaskInstance, config: SandboxConfig) -> tuple[list[Scene]
         out = ".swe-rec-out.json"
         settings = {"roots": [f"{w}/{r}" for w in workspaces for r in roots], "tests": list(task.FAIL_TO_PASS),
                     "workspaces": workspaces, "out": f"/workspace/{out}", "max_events": MAX_EVENTS}
-        await _stage(sb, {"swe_replay_recorder.py": RECORDER.read_bytes(),
+        await _stage(sb, {"swe_script_recorder.py": RECORDER.read_bytes(),
                           "settings.json": json.dumps(settings).encode()})
         python = await _python(sb)
         selected = " ".join(shlex.quote(t) for t in dict.fromkeys(task.FAIL_TO_PASS))
         res = await sb.run(f"cd /workspace && SWE_RECORD_CONFIG={REC_DIR}/settings.json PYTHONPATH={REC_DIR} "
-                           f"{python} -m pytest -p swe_replay_recorder -p no:cacheprovider -q {selected} 2>&1 "
+                           f"{python} -m pytest -p swe_script_recorder -p no:cacheprovider -q {selected} 2>&1 "
                            f"| tail -c 2000; echo", timeout_s=600)
         if not res.ok:
             return [], [], 0, f"the recording run failed: {res.status.value}"
@@ -544,12 +544,12 @@ DRIFT_RUNS = 3  # runs of the fixed tree before a fix is failed
 
 
 async def expect(task: TaskInstance, scenes: list[Scene], config: SandboxConfig,
-                 blocks: list[TestScript] | None = None) -> ReplayPlan:
+                 blocks: list[TestScript] | None = None) -> ScriptPlan:
     """Run the scenes (and the tests made plain) on the buggy tree once and on the fixed one
     ``FIXED_RUNS`` times (under distinct hash seeds, so an order that follows string hashing shows
     itself); keep the calls whose fixed outcome never varies and tells the fixed tree from the buggy
     one, and the plain tests that always pass on the fixed tree and do not on the buggy one."""
-    plan = ReplayPlan(scenes=scenes, tests_recorded=len(scenes), test_blocks=list(blocks or []))
+    plan = ScriptPlan(scenes=scenes, tests_recorded=len(scenes), test_blocks=list(blocks or []))
     if not scenes and not plan.test_blocks:
         return plan
     rng = random.Random(0)
@@ -595,7 +595,7 @@ async def expect(task: TaskInstance, scenes: list[Scene], config: SandboxConfig,
     return plan
 
 
-def _scripts(plan: ReplayPlan, rng: random.Random, style: Style | None = None) -> list[Script]:
+def _scripts(plan: ScriptPlan, rng: random.Random, style: Style | None = None) -> list[Script]:
     """The scripts of a check, in the order they run: the calls first (a process that sees no test
     source), then the tests made plain."""
     out = []
@@ -606,7 +606,7 @@ def _scripts(plan: ReplayPlan, rng: random.Random, style: Style | None = None) -
     return out
 
 
-def _wanted(plan: ReplayPlan) -> dict[str, str]:
+def _wanted(plan: ScriptPlan) -> dict[str, str]:
     return {**plan.expected, **plan.tests_expected}
 
 
@@ -621,7 +621,7 @@ async def _run_all(sb: Sandbox, scripts: list[Script], python: str, rng: random.
     return "+".join(forms), got, error
 
 
-async def _drifted(task: TaskInstance, plan: ReplayPlan, scripts: list[Script], keys: list[str],
+async def _drifted(task: TaskInstance, plan: ScriptPlan, scripts: list[Script], keys: list[str],
                    config: SandboxConfig, timeout_s: float) -> set[str]:
     """Which of ``keys`` the fixed tree does not print as the plan expects, in any of ``DRIFT_RUNS`` runs."""
     wanted = _wanted(plan)
@@ -641,7 +641,7 @@ async def _drifted(task: TaskInstance, plan: ReplayPlan, scripts: list[Script], 
 
 def _plan_key(task: TaskInstance) -> str:
     h = hashlib.sha256()
-    for part in (REPLAY_VERSION, RECORDER.read_bytes().decode(), task.instance_id, task.patch, task.test_patch,
+    for part in (SCRIPT_CHECK_VERSION, RECORDER.read_bytes().decode(), task.instance_id, task.patch, task.test_patch,
                  "\n".join(task.FAIL_TO_PASS), str(task.repo_path), str(task.base_commit), str(task.image)):
         h.update(part.encode("utf-8", "surrogateescape") + b"\0")
     return h.hexdigest()
@@ -654,16 +654,16 @@ class PlanCache:
     does not stop it; a preparation that failed is tried again by the next grading."""
 
     def __init__(self) -> None:
-        self._plans: dict[str, asyncio.Future[ReplayPlan]] = {}
+        self._plans: dict[str, asyncio.Future[ScriptPlan]] = {}
 
-    async def get(self, task: TaskInstance, config: SandboxConfig) -> ReplayPlan:
+    async def get(self, task: TaskInstance, config: SandboxConfig) -> ScriptPlan:
         key = _plan_key(task) + "\0" + config.backend
         fut = self._plans.get(key)
         if fut is None:
             fut = asyncio.ensure_future(prepare(task, config))
             self._plans[key] = fut
 
-            def forget_failure(done: asyncio.Future[ReplayPlan]) -> None:
+            def forget_failure(done: asyncio.Future[ScriptPlan]) -> None:
                 if done.cancelled() or done.exception() is not None:
                     self._plans.pop(key, None)
 
@@ -671,12 +671,12 @@ class PlanCache:
         return await asyncio.shield(fut)
 
 
-async def prepare(task: TaskInstance, config: SandboxConfig) -> ReplayPlan:
-    """The task's replay plan (empty, with a reason, where nothing can be checked)."""
+async def prepare(task: TaskInstance, config: SandboxConfig) -> ScriptPlan:
+    """The task's script-check plan (empty, with a reason, where nothing can be checked)."""
     if task.test_cmd:
-        return ReplayPlan(reason="the task runs its own harness")
+        return ScriptPlan(reason="the task runs its own harness")
     if not task.patch.strip():
-        return ReplayPlan(reason="the task has no gold patch")
+        return ScriptPlan(reason="the task has no gold patch")
     scenes, blocks, recorded, why = await record(task, config)
     plan = await expect(task, scenes, config, blocks)
     plan.tests_recorded = recorded
@@ -688,9 +688,9 @@ async def prepare(task: TaskInstance, config: SandboxConfig) -> ReplayPlan:
 PLANS = PlanCache()
 
 
-async def check(task: TaskInstance, agent_diff: str, plan: ReplayPlan, config: SandboxConfig,
+async def check(task: TaskInstance, agent_diff: str, plan: ScriptPlan, config: SandboxConfig,
                 timeout_s: float = RUN_TIMEOUT_S, go: asyncio.Event | None = None,
-                style: Style | None = None) -> ReplayResult:
+                style: Style | None = None) -> ScriptCheckResult:
     """Replay the checked calls (and the plain tests) on the agent's tree (template + ``agent_diff``).
 
     ``go``: the sandbox is started and the diff applied at once, the scripts run once it is set (the
@@ -704,14 +704,14 @@ async def check(task: TaskInstance, agent_diff: str, plan: ReplayPlan, config: S
         try:
             await _apply(sb, agent_diff)
         except ArgumentError:
-            return ReplayResult(checked=plan.checked, error="the submitted diff does not apply")
+            return ScriptCheckResult(checked=plan.checked, error="the submitted diff does not apply")
         if go is not None:
             await go.wait()
             started = time.perf_counter()
         try:
             form, got, error = await _run_all(sb, scripts, plan.python, rng, timeout_s)
         except SandboxError as exc:  # only the submission's code ran in it: the agent's
-            form, got, error = "", {}, f"the sandbox failed during the replay: {exc}"
+            form, got, error = "", {}, f"the sandbox failed during the script check: {exc}"
     finally:
         await sb.close()
     wanted = _wanted(plan)
@@ -735,8 +735,8 @@ async def check(task: TaskInstance, agent_diff: str, plan: ReplayPlan, config: S
         event = plan.scenes[int(key.split(".")[0])].events[int(key.split(".")[1])]
         call = _HANDLE.sub(lambda m: "v" + m.group(1), _expression(event)[0])
         wrong.append(f"{call[:120]}: expected {wanted[key][:80]}, got {got_text}")
-    return ReplayResult(checked=plan.checked, mismatched=wrong[:5], form=form, error=error if wrong else None,
+    return ScriptCheckResult(checked=plan.checked, mismatched=wrong[:5], form=form, error=error if wrong else None,
                         duration_s=round(time.perf_counter() - started, 3))
 
 
-__all__ = ["PLANS", "PlanCache", "ReplayPlan", "ReplayResult", "check", "prepare", "record", "render"]
+__all__ = ["PLANS", "PlanCache", "ScriptPlan", "ScriptCheckResult", "check", "prepare", "record", "render"]

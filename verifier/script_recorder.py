@@ -1,4 +1,4 @@
-"""A pytest plugin that records what the hidden tests ask of the code under test (``replay.py``).
+"""A pytest plugin that records what the hidden tests ask of the code under test (``script_check.py``).
 
 Staged outside the workspace and loaded with ``-p`` only in the host's own recording run: the
 pristine tree with the gold patch and the task's ``test_patch``, no agent code anywhere. It
@@ -16,7 +16,7 @@ arguments encoded as Python source (literals, earlier results, importable functi
 classes, standard-library values whose ``repr`` rebuilds them), and the variable its result
 is kept in. A call whose arguments cannot be written as source is left out, and so is every
 later call that needs its result. Nothing is recorded of results: their values are what a
-replay of the calls prints, under the gold patch, the buggy tree and a submission alike.
+run of the calls prints, under the gold patch, the buggy tree and a submission alike.
 
 Standard library only; no project import (it runs inside the task's environment).
 """
@@ -178,7 +178,7 @@ class Recorder:
         return self.stdlib_value(value)
 
     def helper(self, fn: types.FunctionType, depth: int) -> str | None:
-        """A plain module-level function of a test file, copied into the replay by its source: a
+        """A plain module-level function of a test file, copied into the script by its source: a
         helper such as ``def inc(x): return x + 1`` that the tests pass to the code. Only when every
         global name it uses can be written too (a module, a function or class of the code or the
         standard library, a literal constant, another such helper)."""
