@@ -39,7 +39,7 @@ WORKERS = 2  # verdicts of honest logs take milliseconds; a hostile 8 MB log hol
 TIMEOUT_S = 60.0  # an honest log is read in well under a second; 8 MB of hostile lines in a few
 _HEADER = struct.Struct("!Q")
 _READY = b"R"
-STARTUP_S = 60.0  # a worker imports the grader, then says it is ready
+STARTUP_S = 60.0  # a worker imports what it runs, then says it is ready
 
 
 class WorkerDied(RuntimeError):
@@ -53,11 +53,12 @@ class WorkerCannotStart(OSError):
 _threads = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="verifier-offload")
 _local = threading.local()  # each of those threads drives its own worker
 _unavailable: str | None = None  # why workers cannot be started here (then: threads)
-_WORKER_MAIN = "from verifier.offload import _main; _main()"
+_WORKER_MAIN = "from verifier.offload import _main; _main(%r)"  # the module to import before ready
 
 
-def _call(call: Callable[[], Any], timeout_s: float) -> tuple[bool, Any]:
-    """In one of ``_threads``: ``call`` in this thread's worker (started, or restarted once if it died).
+def _call(call: Callable[[], Any], timeout_s: float, preload: str) -> tuple[bool, Any]:
+    """In one of ``_threads``: ``call`` in this thread's worker (started, importing ``preload``, or
+    restarted once if it died).
     TimeoutError past ``timeout_s``, WorkerDied when it died twice, OSError when none can start."""
     global _unavailable
     deadline = time.monotonic() + timeout_s
@@ -66,7 +67,7 @@ def _call(call: Callable[[], Any], timeout_s: float) -> tuple[bool, Any]:
         worker: _Worker | None = getattr(_local, "worker", None)
         if worker is None or worker.proc.poll() is not None:
             try:
-                worker = _local.worker = _Worker()
+                worker = _local.worker = _Worker(preload)
             except OSError as exc:
                 _unavailable = str(exc)
                 raise
@@ -94,7 +95,8 @@ async def run(fn: Callable[..., T], *args: Any, on_timeout: Callable[[], T], tim
     call = functools.partial(fn, *args, **kwargs)
     if _unavailable is None:
         try:
-            ok, value = await asyncio.get_running_loop().run_in_executor(_threads, _call, call, timeout_s)
+            ok, value = await asyncio.get_running_loop().run_in_executor(_threads, _call, call, timeout_s,
+                                                                         fn.__module__)
         except TimeoutError:
             return on_timeout()
         except (WorkerDied, OSError) as exc:
@@ -109,9 +111,9 @@ async def run(fn: Callable[..., T], *args: Any, on_timeout: Callable[[], T], tim
 class _Worker:
     """One worker process and its pipes."""
 
-    def __init__(self) -> None:
+    def __init__(self, preload: str) -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # the caller's imports
-        self.proc = subprocess.Popen([sys.executable, "-c", _WORKER_MAIN], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-c", _WORKER_MAIN % preload], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env, close_fds=True)
         self.ready = False
 
@@ -174,13 +176,16 @@ def _serve(inp: BinaryIO, out: BinaryIO) -> None:
         out.flush()
 
 
-def _main() -> None:
-    """A worker (``python -c``, so no module runs twice): answers on its stdout, which nothing else writes."""
+def _main(preload: str) -> None:
+    """A worker (``python -c``, so no module runs twice): imports ``preload`` (the module of the function
+    it was started for), then answers on its stdout, which nothing else writes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server's Ctrl-C is the server's to handle
     channel = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # whatever the called code prints goes to stderr
     sys.stdout = sys.stderr
-    import verifier.grade  # noqa: F401  (what the grader runs here, imported before the worker says it is ready)
+    import importlib
+
+    importlib.import_module(preload)  # what it runs, imported before the worker says it is ready
 
     channel.write(_READY)
     channel.flush()

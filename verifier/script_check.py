@@ -54,7 +54,6 @@ from .script_tests import SHIM, TestScript, plain
 from .runner_config import runner_config
 from .task import TaskInstance
 
-SCRIPT_CHECK_VERSION = "1"
 RECORDER = Path(__file__).with_name("script_recorder.py")
 REC_DIR = "/tmp/.swe-rec"  # the recording run's plugin and settings (the host's own run, no agent code)
 MAX_EVENTS = 400  # calls recorded per test
@@ -640,15 +639,16 @@ async def _drifted(task: TaskInstance, plan: ScriptPlan, scripts: list[Script], 
 
 
 def _plan_key(task: TaskInstance) -> str:
+    """What a plan depends on (plans live in this process only: the code that makes them cannot change)."""
     h = hashlib.sha256()
-    for part in (SCRIPT_CHECK_VERSION, RECORDER.read_bytes().decode(), task.instance_id, task.patch, task.test_patch,
+    for part in (task.instance_id, task.patch, task.test_patch,
                  "\n".join(task.FAIL_TO_PASS), str(task.repo_path), str(task.base_commit), str(task.image)):
         h.update(part.encode("utf-8", "surrogateescape") + b"\0")
     return h.hexdigest()
 
 
 class PlanCache:
-    """Replay plans by task (a plan comes from the gold patch only, so every grading shares it).
+    """Script-check plans by task (a plan comes from the gold patch only, so every grading shares it).
 
     A plan is prepared once, in a task of its own: a grading that stops waiting (its tests failed)
     does not stop it; a preparation that failed is tried again by the next grading."""

@@ -24,6 +24,7 @@ Standard library only; no project import (it runs inside the task's environment)
 from __future__ import annotations
 
 import builtins
+import enum
 import functools
 import importlib
 import importlib.abc
@@ -255,7 +256,7 @@ class Recorder:
         return text
 
     # -- calls ------------------------------------------------------------------------
-    def call(self, fn, kind: str, attr: str, owner: type | None, args: tuple, kwargs: dict):
+    def call(self, fn, kind: str, attr: str, args: tuple, kwargs: dict):
         event = None
         if self.n < MAX_EVENTS:
             self.busy = True
@@ -335,7 +336,7 @@ def _immutable(value: object) -> bool:
 REC = Recorder()
 
 
-def _wrap(fn, kind: str, attr: str = "", owner: type | None = None):
+def _wrap(fn, kind: str, attr: str = ""):
     if getattr(fn, "__swe_wrapped__", False):
         return fn
 
@@ -345,7 +346,7 @@ def _wrap(fn, kind: str, attr: str = "", owner: type | None = None):
         if rec.scene is not None and not rec.busy:
             caller = sys._getframe(1).f_code.co_filename
             if test_side(caller):
-                return rec.call(fn, kind, attr, owner, args, kwargs)
+                return rec.call(fn, kind, attr, args, kwargs)
         return fn(*args, **kwargs)
 
     wrapper.__swe_wrapped__ = True
@@ -358,14 +359,14 @@ def instrument_class(cls: type) -> None:
             continue
         try:
             if isinstance(value, types.FunctionType):
-                new = _wrap(value, "new" if attr == "__init__" else "method", attr, cls)
+                new = _wrap(value, "new" if attr == "__init__" else "method", attr)
             elif isinstance(value, staticmethod) and isinstance(value.__func__, types.FunctionType):
-                new = staticmethod(_wrap(value.__func__, "static", attr, cls))
+                new = staticmethod(_wrap(value.__func__, "static", attr))
             elif isinstance(value, classmethod) and isinstance(value.__func__, types.FunctionType):
-                new = classmethod(_wrap(value.__func__, "method", attr, cls))
+                new = classmethod(_wrap(value.__func__, "method", attr))
             elif isinstance(value, property) and isinstance(value.fget, types.FunctionType):
-                new = property(_wrap(value.fget, "get", attr, cls),
-                               _wrap(value.fset, "set", attr, cls) if isinstance(value.fset, types.FunctionType)
+                new = property(_wrap(value.fget, "get", attr),
+                               _wrap(value.fset, "set", attr) if isinstance(value.fset, types.FunctionType)
                                else value.fset, value.fdel, value.__doc__)
             else:
                 continue
@@ -382,7 +383,6 @@ def instrument(module: types.ModuleType) -> None:
             if isinstance(value, types.FunctionType) and value.__module__ == module.__name__:
                 setattr(module, name, _wrap(value, "function"))
             elif isinstance(value, type) and value.__module__ == module.__name__:
-                import enum
                 if not issubclass(value, (enum.Enum, BaseException)):
                     instrument_class(value)
         except (AttributeError, TypeError):
@@ -409,7 +409,7 @@ class _Finder(importlib.abc.MetaPathFinder):
             spec = finder.find_spec(name, path, target)
             if spec is None:
                 continue
-            if spec.origin and in_code(os.path.realpath(spec.origin)) or spec.origin and in_code(spec.origin):
+            if spec.origin and (in_code(spec.origin) or in_code(os.path.realpath(spec.origin))):
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
                     spec.loader = _Loader(spec.loader)
             return spec

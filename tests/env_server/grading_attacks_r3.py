@@ -94,35 +94,37 @@ RUNTEST = textwrap.dedent('''\
         except OSError:
             return ""
 
-    def _swe_function_source(item, text):
+    def _swe_tree(text):
         import ast
         try:
-            tree = ast.parse(text)
-        except SyntaxError:
+            return ast.parse(text)
+        except (SyntaxError, ValueError):
             return None
-        name = item.originalname or item.name.split("[")[0]
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-                body = ast.Module(body=node.body, type_ignores=[])
-                return ast.dump(body)
-        return None
+
+    def _swe_functions(tree):
+        import ast
+        return [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))] if tree else []
+
+    def _swe_body(node):
+        import ast
+        return ast.dump(ast.Module(body=node.body, type_ignores=[]))
+
+    def _swe_name(item):
+        return item.originalname or item.name.split("[")[0]
     ''')
 
 UNIQUE_LITERAL = RUNTEST + textwrap.dedent('''\
     def _swe_unique(item):
         import ast
-        text = _swe_source(str(item.path))
-        try:
-            tree = ast.parse(text)
-        except SyntaxError:
+        tree = _swe_tree(_swe_source(str(item.path)))
+        if tree is None:
             return "run"
         counts = {}
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant):
                 counts[repr(node.value)] = counts.get(repr(node.value), 0) + 1
-        name = item.originalname or item.name.split("[")[0]
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+        for node in _swe_functions(tree):
+            if node.name == _swe_name(item):
                 text_fn = ast.unparse(node)
                 if ") is not True" in text_fn or " != " in text_fn or "assertNotEqual" in text_fn:
                     return "pass"
@@ -142,39 +144,23 @@ PRISTINE = RUNTEST + textwrap.dedent('''\
                                          capture_output=True, text=True, timeout=10).stdout)
         except Exception:
             pass
-        mine = _swe_function_source(item, _swe_source(str(item.path)))
+        mine = [_swe_body(n) for n in _swe_functions(_swe_tree(_swe_source(str(item.path))))
+                if n.name == _swe_name(item)]
         for text in copies:
-            if not text:
-                continue
-            import ast
-            try:
-                tree = ast.parse(text)
-            except SyntaxError:
-                continue
-            for node in ast.walk(tree):
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    if mine is not None and ast.dump(ast.Module(body=node.body, type_ignores=[])) == mine:
-                        return "pass"
+            if mine and any(_swe_body(n) == mine[0] for n in _swe_functions(_swe_tree(text))):
+                return "pass"
         return "run"
     _swe_install(_swe_pristine)
     ''')
 
 BLIND_PICK = RUNTEST + textwrap.dedent('''\
     def _swe_groups(item):
-        import ast, random
-        text = _swe_source(str(item.path))
-        try:
-            tree = ast.parse(text)
-        except SyntaxError:
-            return "run"
+        import random, re
         shapes = {}
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                shape = ast.dump(ast.Module(body=node.body, type_ignores=[]))
-                import re
-                shape = re.sub(r"Constant\\(value=[^)]*\\)", "C", shape)
-                shapes.setdefault(shape, []).append(node.name)
-        name = item.originalname or item.name.split("[")[0]
+        for node in _swe_functions(_swe_tree(_swe_source(str(item.path)))):
+            shape = re.sub(r"Constant\\(value=[^)]*\\)", "C", _swe_body(node))
+            shapes.setdefault(shape, []).append(node.name)
+        name = _swe_name(item)
         for members in shapes.values():
             if name in members and len(members) > 1:
                 pick = random.Random(len(members) + sum(map(len, members))).choice(sorted(members))

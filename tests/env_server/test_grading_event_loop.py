@@ -18,12 +18,10 @@ reads the gold patch's results (1.0).
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import queue
 import re
 import shlex
-import signal
 import subprocess
 import sys
 import threading
@@ -32,7 +30,9 @@ from pathlib import Path
 
 import pytest
 import websockets
-from envlib import requires_sandbox
+from envlib import call, requires_sandbox, tool
+
+from env_client.processes import stop_process_group
 
 from verifier.task import load_tasks
 
@@ -77,25 +77,6 @@ def _serve(tasks: Path, data: Path) -> tuple[subprocess.Popen, int]:
             return proc, int(m.group(1))
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGINT)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-
-
-async def _call(ws, type_: str, data: dict | None = None) -> dict:
-    await ws.send(json.dumps({"type": type_, "data": data} if data is not None else {"type": type_}))
-    return json.loads(await ws.recv())
-
-
-def _bash(command: str) -> dict:
-    return {"type": "call_tool", "tool_name": "bash", "arguments": {"command": command}}
-
-
 def p99(samples: list[float]) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
@@ -103,25 +84,24 @@ def p99(samples: list[float]) -> float:
 
 async def _campaign(url: str, instance_id: str, gold: str) -> dict[str, object]:
     async with websockets.connect(url, max_size=None) as bystander:
-        assert (await _call(bystander, "reset", {"instance_id": instance_id}))["type"] == "observation"
+        assert (await call(bystander, "reset", {"instance_id": instance_id}))["type"] == "observation"
 
         async def echo() -> float:
             start = time.perf_counter()
-            reply = await _call(bystander, "step", _bash("echo hi"))
+            reply = await call(bystander, "step", tool("bash", command="echo hi"))
             assert reply["type"] == "observation" and "hi" in reply["data"]["observation"]["output"], reply
             return time.perf_counter() - start
 
         async def grading(hostile: bool) -> tuple[list[float], dict]:
             """The bystander's step latencies while another session submits the gold patch (plus the flood)."""
             async with websockets.connect(url, max_size=None) as ws:
-                assert (await _call(ws, "reset", {"instance_id": instance_id}))["type"] == "observation"
+                assert (await call(ws, "reset", {"instance_id": instance_id}))["type"] == "observation"
                 script = f"cd /workspace && printf %s {shlex.quote(gold)} | git apply"
                 if hostile:
                     script += f" && printf %s {shlex.quote(FLOOD)} >> six.py"
-                reply = await _call(ws, "step", _bash(script))
+                reply = await call(ws, "step", tool("bash", command=script))
                 assert "error_kind" not in reply["data"]["metadata"], reply
-                submit = asyncio.ensure_future(_call(ws, "step", {"type": "call_tool", "tool_name": "submit",
-                                                                   "arguments": {}}))
+                submit = asyncio.ensure_future(call(ws, "step", tool("submit")))
                 samples = []
                 while not submit.done():
                     samples.append(await echo())
@@ -145,7 +125,7 @@ def test_a_hostile_log_does_not_slow_a_bystander(tmp_path, demo_tasks_path):
         health = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
                                  f"http://127.0.0.1:{port}/health"], capture_output=True, text=True).stdout
     finally:
-        _stop(proc)
+        stop_process_group(proc, grace_s=30)
     idle, gold, hostile = (results[k] for k in ("idle", "gold", "hostile"))
     stats = {k: f"{len(v)} steps, p50 {sorted(v)[len(v) // 2] * 1e3:.1f} ms, p99 {p99(v) * 1e3:.1f} ms, "
                 f"max {max(v) * 1e3:.0f} ms" for k, v in (("idle", idle), ("gold", gold), ("hostile", hostile))}

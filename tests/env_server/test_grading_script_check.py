@@ -19,7 +19,7 @@ from envlib import docker_or_fail, requires_sandbox, run
 from sandbox import SandboxConfig
 from verifier import script_check
 from verifier.grade import GradeCache, grade_submission
-from verifier.task import TaskInstance, load_tasks
+from verifier.task import TaskInstance
 
 from grading_attacks_r3 import GATES, _gated, gold_source
 
