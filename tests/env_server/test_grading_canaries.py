@@ -377,5 +377,5 @@ def test_selection_is_by_function_and_shuffled():
     assert len(commands) > 1  # a random order each time: the canary's place says nothing
     for cmd in commands:
         args = cmd.split()
-        assert args[:4] == ["python", "-m", "pytest", "-rA"]
-        assert sorted(args[4:]) == sorted({function_id(i) for i in ids} | {"t.py::test_c"})
+        assert args[:5] == ["python", "-m", "pytest", "-rA", "--tb=line"]
+        assert sorted(args[5:]) == sorted({function_id(i) for i in ids} | {"t.py::test_c"})
