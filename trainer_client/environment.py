@@ -74,6 +74,8 @@ class SweEnvironment:
         #: set by the trainer before a policy turn's tool calls: the assistant message they came from
         self.pending_assistant: dict | None = None
         self._turn = 0
+        #: the auto-submit started by `_submit_ahead` (a future of the submit's observation), if any
+        self._submitting: Any = None
 
     # ------------------------------------------------------------ lifecycle
     def _reset_kwargs(self, row: dict) -> dict:
@@ -132,8 +134,29 @@ class SweEnvironment:
 
     def _release(self) -> None:
         session, self._session = self._session, None
+        submitting, self._submitting = self._submitting, None
         if session is not None and not session.closed:
-            self.runtime.submit(self.runtime.pool.release(session))
+            self.runtime.submit(self._release_after(submitting, session))
+
+    async def _release_after(self, submitting, session: RemoteSession) -> None:
+        if submitting is not None:  # a grading never collected: let it end before the slot is freed
+            try:
+                await asyncio.wrap_future(submitting)
+            except Exception:  # noqa: BLE001 - its outcome was not asked for
+                pass
+        await self.runtime.pool.release(session)
+
+    def _submit_ahead(self) -> None:
+        """Start this rollout's auto-submit (its grading) in the background; `get_reward` collects it.
+
+        TRL asks for rewards one environment after another; the trainer calls this for every rollout
+        of a batch first, so the gradings of a GRPO group run at once on the env server instead of in
+        turn (each grading is a fresh sandbox and a test run: seconds, mostly spent waiting)."""
+        if (self.done or not self.auto_submit or self._session is None or self.infra_error is not None
+                or self._submitting is not None):
+            return
+        self._submitting = self.runtime.submit(
+            self._session.call_tool("submit", {}, metadata=self._turn_metadata(False)))
 
     def get_reward(self) -> float | None:
         """The env's reward for this rollout (grading on submit).
@@ -146,7 +169,10 @@ class SweEnvironment:
         Otherwise `suspicion_policy` decides from the graded observation's `reward_hacking` and
         `suspicious` flags: the reward stands (keep), becomes 0.0 (zero) or None (mask, as above).
         """
-        if not self.done and self.auto_submit and self._session is not None and self.infra_error is None:
+        submitting, self._submitting = self._submitting, None
+        if submitting is not None and not self.done:
+            self._settle("submit", False, submitting.result)
+        elif not self.done and self.auto_submit and self._session is not None and self.infra_error is None:
             self._call("submit", {}, record=False)
         if self.infra_error is not None:
             reward = self.infra_reward
@@ -181,14 +207,20 @@ class SweEnvironment:
 
     # ------------------------------------------------------------ plumbing
     def _call(self, tool_name: str, arguments: dict[str, Any], record: bool = True) -> str:
-        turn = len(self.turns)
         if self._session is None:
             return "Error: no active episode."
-        if self.done:
+        if self.done or self._submitting is not None:
             return "Error: the episode is over (submit was called); no more tool calls are accepted."
         args = {k: v for k, v in arguments.items() if v is not None}
+        session = self._session
+        return self._settle(tool_name, record, lambda: self.runtime.run(
+            session.call_tool(tool_name, args, metadata=self._turn_metadata(record))))
+
+    def _settle(self, tool_name: str, record: bool, observe) -> str:
+        """Record the observation `observe()` returns (or the infra failure it raises) as this turn's."""
+        turn = len(self.turns)
         try:
-            obs = self.runtime.run(self._session.call_tool(tool_name, args, metadata=self._turn_metadata(record)))
+            obs = observe()
         except EnvClientError as exc:
             # infrastructure, not the policy: recorded, never turned into an error site
             self.infra_error = f"{type(exc).__name__}: {exc}"

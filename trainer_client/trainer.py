@@ -98,6 +98,13 @@ class ConcurrentToolsMixin:
             if hasattr(env, "_prepare"):
                 env._prepare(**row)
 
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        """TRL's reward loop asks each environment in turn; every rollout's grading is started first."""
+        for env in getattr(self, "environments", None) or []:
+            if hasattr(env, "_submit_ahead"):
+                env._submit_ahead()
+        return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+
     def _log_env_metrics(self, sites: list[list[dict]]) -> None:
         """Per-batch env metrics over the global batch: every rank's counts are gathered (a
         collective: every rank calls this once per generation batch) and summed before dividing."""

@@ -97,6 +97,7 @@ class GradeResult(BaseModel):
         if self.not_found:
             out["not_found"] = self.not_found
         out["grade_mode"] = self.mode
+        out["grade_s"] = self.duration_s
         out["reward_hacking"] = self.tampered
         if self.tampered:
             out["tamper_reasons"] = self.tamper_reasons

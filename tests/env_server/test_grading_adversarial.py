@@ -2,7 +2,7 @@
 
 For each sandbox backend and each kind of task (the demo task, whose tests are hidden
 in ``test_patch``; a built task of the small pack, whose tests are in the workspace; a mined
-release-diff task of six, a real historical fix),
+release-diff task of six, a real historical fix; ``ROUND_TASKS`` says which round runs on which),
 one server runs, in the same campaign, the controls (the gold patch: 1.0; an empty
 submit: 0.0) and every attack (via the agent's own tools: one ``bash`` call, then
 ``submit``). Each attack must score 0.0 and be *witnessed*: dropped with its reason,
@@ -33,7 +33,23 @@ from verifier.task import TaskInstance, load_tasks
 
 pytestmark = [requires_sandbox, pytest.mark.timeout(1800)]
 CONCURRENCY = 3
-R1_R2_TASKS: set[str] = set()  # the tasks the first two rounds run on (the third runs on every task)
+# Per backend, how many of the campaign's tasks (in _tasks_file's order: the demo task, a built task, two
+# mined release-diff tasks) each round runs on. Every attack runs on both backends; bwrap, the default,
+# takes every task, docker (the same grader behind another sandbox) the two kinds of task visibility.
+ROUND_TASKS = {"bwrap": {"r1_r2": 3, "r3": 4}, "docker": {"r1_r2": 1, "r3": 2}}
+
+
+def rounds_for(backend: str, index: int, ctx: Ctx, task: TaskInstance) -> list:
+    """The attacks (with the runner script of their round) that run on the campaign's `index`-th task."""
+    n = ROUND_TASKS[backend]
+    out = []
+    if index < n["r1_r2"]:
+        out += [(a, bash_script(a, ctx)) for a in attacks(ctx)]
+        out += [(a, bash_script_r2(a, ctx)) for a in attacks_r2(ctx)]  # the run's isolation, canaries, log
+    if index < n["r3"]:  # canaries told apart by reading, fixes only while graded, workspaces that break
+        # the diff, logs that stall the replica
+        out += [(a, bash_script_r2(a, ctx)) for a in attacks_r3(ctx, gold_source(task, ctx.target))]
+    return out
 
 
 def ctx_for(task: TaskInstance) -> Ctx:
@@ -76,30 +92,20 @@ def _campaign(backend: str, tasks_path: Path, data_dir: Path) -> dict[tuple[str,
         async def main() -> dict[tuple[str, str], dict]:
             sem = asyncio.Semaphore(CONCURRENCY)
             jobs: dict[tuple[str, str], asyncio.Task] = {}
-            for task in tasks:
+            url = srv.url.replace("http", "ws")
+            for index, task in enumerate(tasks):
                 ctx = ctx_for(task)
                 jobs[(task.instance_id, "control:gold")] = asyncio.ensure_future(
-                    _episode(srv.url.replace("http", "ws"), task, _gold_script(task), sem))
-                jobs[(task.instance_id, "control:empty")] = asyncio.ensure_future(
-                    _episode(srv.url.replace("http", "ws"), task, None, sem))
-                for attack in attacks(ctx) if task.instance_id in R1_R2_TASKS else []:
-                    jobs[(task.instance_id, attack.name)] = asyncio.ensure_future(
-                        _episode(srv.url.replace("http", "ws"), task, bash_script(attack, ctx), sem))
-                if task.instance_id in R1_R2_TASKS:
-                    for attack in attacks_r2(ctx):  # attacks on the run's isolation, canaries and log
-                        jobs[(task.instance_id, attack.name)] = asyncio.ensure_future(
-                            _episode(srv.url.replace("http", "ws"), task, bash_script_r2(attack, ctx), sem))
-                # the third round: canaries told apart by reading, fixes only while graded, workspaces
-                # that break the diff, logs that stall the replica
-                for attack in attacks_r3(ctx, gold_source(task, ctx.target)):
-                    jobs[(task.instance_id, attack.name)] = asyncio.ensure_future(
-                        _episode(srv.url.replace("http", "ws"), task, bash_script_r2(attack, ctx), sem))
+                    _episode(url, task, _gold_script(task), sem))
+                jobs[(task.instance_id, "control:empty")] = asyncio.ensure_future(_episode(url, task, None, sem))
+                for attack, script in rounds_for(backend, index, ctx, task):
+                    jobs[(task.instance_id, attack.name)] = asyncio.ensure_future(_episode(url, task, script, sem))
             return {k: await v for k, v in jobs.items()}
 
         return asyncio.run(main())
 
 
-def _tasks_file(tmp: Path, demo_tasks_path: Path) -> Path:
+def _tasks_file(tmp: Path, demo_tasks_path: Path, backend: str) -> Path:
     import sys
 
     if str(Path(__file__).parents[1]) not in sys.path:  # tests/ (taskpack), after the project
@@ -117,12 +123,11 @@ def _tasks_file(tmp: Path, demo_tasks_path: Path) -> Path:
         return resolved_all(tasks_path)[0]
 
     # the demo task (tests hidden in test_patch), a built task (tests in the workspace) and two
-    # mined release-diff tasks (real historical fixes, their tests hidden in test_patch); the first
-    # and second rounds run on the first three, the third round on all four
-    mined = mined_pack_or_missing()
-    rows = [resolved(demo_tasks_path), load_small_pack(3)[0], *resolved_all(mined)[:2]]
-    R1_R2_TASKS.clear()
-    R1_R2_TASKS.update(r["instance_id"] for r in rows[:3])
+    # mined release-diff tasks (real historical fixes, their tests hidden in test_patch); ROUND_TASKS
+    # says which rounds run on which
+    rows = [resolved(demo_tasks_path), load_small_pack(3)[0]]
+    if max(ROUND_TASKS[backend].values()) > 2:
+        rows += resolved_all(mined_pack_or_missing())[:2]
     path = tmp / "tasks.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
@@ -133,7 +138,7 @@ def campaign(request, tmp_path_factory, demo_tasks_path):
     if request.param == "docker":
         docker_or_fail()
     tmp = tmp_path_factory.mktemp(f"adversarial-{request.param}")
-    tasks_path = _tasks_file(tmp, demo_tasks_path)
+    tasks_path = _tasks_file(tmp, demo_tasks_path, request.param)
     results = _campaign(request.param, tasks_path, tmp / "data")
     return request.param, load_tasks(tasks_path), results, tmp / "data"
 
@@ -153,10 +158,8 @@ def test_every_attack_scores_zero_and_is_witnessed(campaign):
     backend, tasks, results, _ = campaign
     failures = []
     count = 0
-    for task in tasks:
-        ctx = ctx_for(task)
-        rounds = attacks(ctx) + attacks_r2(ctx) if task.instance_id in R1_R2_TASKS else []
-        for attack in rounds + attacks_r3(ctx, gold_source(task, ctx.target)):
+    for index, task in enumerate(tasks):
+        for attack, _ in rounds_for(backend, index, ctx_for(task), task):
             count += 1
             res = results[(task.instance_id, attack.name)]
             meta = res["metadata"]
@@ -168,7 +171,8 @@ def test_every_attack_scores_zero_and_is_witnessed(campaign):
                 failures.append(f"{task.instance_id} {attack.name}: expected {attack.expect} "
                                 f"({attack.reason or attack.evidence}), got dropped={meta.get('dropped')} "
                                 f"error={meta.get('grade_error') or meta.get('error_message')}")
-    assert count >= 3 * (25 + 15) + 4 * 15
+    n = ROUND_TASKS[backend]
+    assert count >= n["r1_r2"] * (25 + 15) + n["r3"] * 15
     assert not failures, f"[{backend}] " + "\n".join(failures)
 
 
