@@ -8,7 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: setup system-deps docker-setup demo test bench
+.PHONY: setup system-deps docker-setup demo test test-fast durations bench
 
 system-deps:
 	@bash .ci/system-deps.sh
@@ -44,6 +44,15 @@ demo: setup
 
 test: setup docker-setup
 	@bash .ci/test.sh
+
+# The tier a developer runs on every change: the test files tests/durations.json records under
+# 8 s each (tests/timing.py marks the rest `slow`), no Docker.
+test-fast: setup
+	@bash .ci/test.sh -m "not slow and not docker"
+
+# Re-record tests/durations.json (each file's time, the slowest tests) with a full run.
+durations: setup docker-setup
+	@bash .ci/test.sh --write-durations
 
 # The quick benchmarks (a few minutes); bench/bench_losses.py runs on its own (longer).
 bench: setup

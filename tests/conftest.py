@@ -24,7 +24,9 @@ if str(Path(__file__).parent) not in sys.path:
 
 from requirements import GPU_REASON, in_ci, missing  # noqa: E402
 
-_SKIPS_FAILED_IN_CI: list[str] = []
+pytest_plugins = ["timing"]  # durations kept in tests/durations.json, the slow marker, longest files first
+
+_CI_SKIP = "CI=true: only a missing GPU may skip a test, but this one skipped: "
 
 
 @pytest.fixture(scope="session")
@@ -49,8 +51,7 @@ def _fail_skip_in_ci(report, item: pytest.Item | None = None):
     if GPU_REASON.search(reason) or (item is not None and item.get_closest_marker("gpu")):
         return report
     report.outcome = "failed"
-    report.longrepr = f"CI=true: only a missing GPU may skip a test, but this one skipped: {reason}"
-    _SKIPS_FAILED_IN_CI.append(f"{report.nodeid}: {reason}")
+    report.longrepr = f"{_CI_SKIP}{reason}"
     return report
 
 
@@ -67,9 +68,11 @@ def pytest_make_collect_report(collector: pytest.Collector):
 def pytest_terminal_summary(terminalreporter) -> None:
     skipped = [r for r in terminalreporter.stats.get("skipped", []) if not hasattr(r, "wasxfail")]
     tr = terminalreporter
+    forbidden = [r for r in tr.stats.get("failed", []) if str(r.longrepr).startswith(_CI_SKIP)]
     tr.write_sep("=", f"skips: {len(skipped)} skipped"
-                 + (f", {len(_SKIPS_FAILED_IN_CI)} failed (CI=true: only a missing GPU may skip)" if in_ci() else ""))
+                 + (f", {len(forbidden)} failed (CI=true: only a missing GPU may skip)" if in_ci() else ""))
     for reason, n in Counter(_skip_reason(r) for r in skipped).most_common():
         tr.write_line(f"{n:4d} skipped: {reason}")
-    for line in _SKIPS_FAILED_IN_CI:
-        tr.write_line(f"FAILED (CI=true forbids this skip) {line}", red=True)
+    # read back from the reports (under pytest-xdist the skips were turned into failures in the workers)
+    for r in forbidden:
+        tr.write_line(f"FAILED (CI=true forbids this skip) {r.nodeid}: {str(r.longrepr)[len(_CI_SKIP):]}", red=True)

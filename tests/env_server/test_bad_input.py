@@ -39,7 +39,7 @@ def test_protocol_errors_leave_the_session_usable(make_server):
             r = await call(ws, "step", tool("bash", command="echo alive"))
             assert r["data"]["observation"]["output"].strip() == "alive"
             assert (await call(ws, "state"))["data"]["step_count"] == 1
-        async with httpx.AsyncClient(base_url=srv.url) as http:
+        async with httpx.AsyncClient(base_url=srv.url, timeout=120) as http:
             lines = (await http.get("/episodes/ep-bad2/trace")).text.splitlines()
             assert len(lines) == 2 and "alive" in lines[1]
     with make_server(max_frame_bytes=200_000) as srv:

@@ -80,7 +80,7 @@ def test_each_client_lists_and_reads_only_its_own_episodes(make_server, demo_tas
     with make_server(**IDENTITIES) as srv:
         run(record(srv, ALICE, "ep-a", demo_task.instance_id))
         run(record(srv, BOB, "ep-b", demo_task.instance_id, via_query=True))  # ?token= names bob on a WS upgrade
-        with httpx.Client(base_url=srv.url) as http:
+        with httpx.Client(base_url=srv.url, timeout=120) as http:
             assert listed(http, ALICE) == {"ep-a"}
             assert listed(http, BOB) == {"ep-b"}
             assert listed(http, OPS) == {"ep-a", "ep-b"}
@@ -97,7 +97,7 @@ def test_each_client_lists_and_reads_only_its_own_episodes(make_server, demo_tas
                 assert http.get(f"/episodes/{episode}/state/1", headers=bearer(OPS)).json()["episode_id"] == episode
                 head = json.loads(http.get(f"/episodes/{episode}/trace", headers=bearer(OPS)).text.splitlines()[0])
                 assert head["kind"] == "reset" and head["owner"] == owner
-    with make_server(**IDENTITIES) as again, httpx.Client(base_url=again.url) as http:  # a restart: from disk
+    with make_server(**IDENTITIES) as again, httpx.Client(base_url=again.url, timeout=120) as http:  # a restart: from disk
         assert listed(http, ALICE) == {"ep-a"} and listed(http, BOB) == {"ep-b"}
         assert listed(http, OPS) == {"ep-a", "ep-b"}
         assert http.get("/episodes/ep-b/trace", headers=bearer(ALICE)).status_code == 404
@@ -126,7 +126,7 @@ def test_forks_need_the_original_and_belong_to_the_forker(make_server, demo_task
 
     with make_server(**IDENTITIES) as srv:
         run(main(srv))
-        with httpx.Client(base_url=srv.url) as http:
+        with httpx.Client(base_url=srv.url, timeout=120) as http:
             hidden = rpc(http, ALICE, "openenv/session/create", {"fork_of": "ep-b", "t": 1})  # and over MCP
             missing = rpc(http, ALICE, "openenv/session/create", {"fork_of": MISSING, "t": 1})
             assert hidden["error"]["data"]["code"] == "EPISODE_NOT_FOUND" and same_answer(hidden, "ep-b", missing)
@@ -156,7 +156,7 @@ def test_a_client_cannot_drive_another_clients_session(make_server, demo_task):
             r = await mux(bob, "s", "w1", "step", tool("bash", command="ls /workspace/from-alice"))
             assert r["data"]["observation"]["metadata"]["error_kind"] == "nonzero_exit"
 
-    with make_server(**IDENTITIES) as srv, httpx.Client(base_url=srv.url) as http:
+    with make_server(**IDENTITIES) as srv, httpx.Client(base_url=srv.url, timeout=120) as http:
         created = rpc(http, BOB, "openenv/session/create", {"instance_id": demo_task.instance_id})
         sid = created["result"]["session_id"]
         for method, params in (("tools/call", {"name": "bash", "arguments": {"command": "touch /workspace/pwned"}}),
@@ -191,7 +191,7 @@ def test_query_token_is_accepted_only_on_websocket_upgrades(make_server):
     carol = "tok-carol-e4a19b07"  # configured by its digest only
     digest = f"sha256:{hashlib.sha256(carol.encode()).hexdigest()}"
     identities = {**IDENTITIES, "client_tokens": {**IDENTITIES["client_tokens"], "carol": digest}}
-    with make_server(**identities) as srv, httpx.Client(base_url=srv.url) as http:
+    with make_server(**identities) as srv, httpx.Client(base_url=srv.url, timeout=120) as http:
         for method, path in (("GET", "/metadata"), ("GET", "/episodes"), ("GET", "/metrics"), ("POST", "/mcp"),
                              ("GET", "/episodes/ep-x/trace")):
             for headers in ({}, bearer(ALICE)):  # with a valid header too: a token in a URL is refused
@@ -233,7 +233,7 @@ def test_no_token_reaches_the_server_log(demo_tasks_path, tmp_path):
     with local_env_server(demo_tasks_path, data_dir=tmp_path / "data", log_path=log_path,
                           extra_args=["--tokens", str(tokens), "--client-token", f"bob={BOB}", "--log-level", "trace"],
                           env={**os.environ, "ENV_SERVER_TOKEN": legacy}, startup_timeout_s=30) as server:
-        with httpx.Client(base_url=server.url) as http:
+        with httpx.Client(base_url=server.url, timeout=120) as http:
             assert http.get(f"/metadata?token={ALICE}").status_code == 401
             assert http.get(f"/episodes?limit=5&token={OPS}").status_code == 401
             assert http.get(f"/health?token={legacy}").status_code == 200
@@ -257,7 +257,7 @@ def test_the_single_token_works_as_before(make_server, demo_task):
     with make_server() as srv:  # no token: open, traces record no owner
         run(record(srv, "ignored", "ep-open", demo_task.instance_id))
         assert "owner" not in srv.service.store.load("ep-open")[0]
-    with make_server(auth_token="s3cret") as srv, httpx.Client(base_url=srv.url) as http:
+    with make_server(auth_token="s3cret") as srv, httpx.Client(base_url=srv.url, timeout=120) as http:
         r = http.get("/episodes")
         assert r.status_code == 401 and r.json()["error"] == {"code": "UNAUTHORIZED",
                                                               "message": "missing or wrong bearer token"}
@@ -266,7 +266,7 @@ def test_the_single_token_works_as_before(make_server, demo_task):
         assert http.get("/episodes/ep-open/state/1", headers=bearer("s3cret")).json()["t"] == 1
         assert srv.service.store.load("ep-legacy")[0]["owner"] == "operator"
     with make_server(auth_token="s3cret", client_tokens={"alice": ALICE}) as srv, \
-            httpx.Client(base_url=srv.url) as http:
+            httpx.Client(base_url=srv.url, timeout=120) as http:
         assert listed(http, "s3cret") == {"ep-open", "ep-legacy"}
         assert listed(http, ALICE) == set()
         assert http.get("/episodes/ep-open/state/0", headers=bearer(ALICE)).status_code == 404

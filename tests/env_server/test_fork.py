@@ -51,7 +51,7 @@ async def _step(ws, action: dict) -> dict:
 
 
 async def _trace(srv, episode_id: str) -> bytes:
-    async with httpx.AsyncClient(base_url=srv.url) as http:
+    async with httpx.AsyncClient(base_url=srv.url, timeout=120) as http:
         resp = await http.get(f"/episodes/{episode_id}/trace")
         assert resp.status_code == 200, resp.text
         return resp.content
@@ -128,7 +128,7 @@ def test_fork_restores_the_workspace_and_the_context_at_step_t(make_server, demo
             assert [h["t"] for h in head["history"]] == list(range(1, t + 1))
         # forking reads the original's trace and never writes it
         assert await _trace(srv, "orig") == trace_before
-        async with httpx.AsyncClient(base_url=srv.url) as http:
+        async with httpx.AsyncClient(base_url=srv.url, timeout=120) as http:
             assert "episode-fork" in (await http.get("/metadata")).json()["extensions"]
     with make_server() as srv:
         run(main(srv))
@@ -165,7 +165,7 @@ def test_forks_grade_independently_and_fork_again(make_server, demo_task):
         head = _records(await _trace(srv, "o-2-1"))[0]
         assert (head["fork_of"], head["t"], [h["t"] for h in head["history"]]) == ("o-2", 1, [1, 2, 3])
         # HTTP MCP sessions fork too (openenv/session/create takes the reset params)
-        async with httpx.AsyncClient(base_url=srv.url) as http:
+        async with httpx.AsyncClient(base_url=srv.url, timeout=120) as http:
             async def rpc(method: str, params: dict) -> dict:
                 return (await http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": method,
                                                       "params": params})).json()

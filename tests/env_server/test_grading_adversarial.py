@@ -34,9 +34,10 @@ from verifier.task import TaskInstance, load_tasks
 pytestmark = [requires_sandbox, pytest.mark.timeout(1800)]
 CONCURRENCY = 3
 # Per backend, how many of the campaign's tasks (in _tasks_file's order: the demo task, a built task, two
-# mined release-diff tasks) each round runs on. Every attack runs on both backends; bwrap, the default,
-# takes every task, docker (the same grader behind another sandbox) the two kinds of task visibility.
-ROUND_TASKS = {"bwrap": {"r1_r2": 3, "r3": 4}, "docker": {"r1_r2": 1, "r3": 2}}
+# mined release-diff tasks) each round runs on. Every attack runs on both backends. The first two rounds
+# (the runner, the isolation, the log) run where the tests are hidden and where they are visible; the
+# third (canaries read from the modules, fixes only while graded) on the real historical fixes too.
+ROUND_TASKS = {"bwrap": {"r1_r2": 2, "r3": 4}, "docker": {"r1_r2": 1, "r3": 2}}
 
 
 def rounds_for(backend: str, index: int, ctx: Ctx, task: TaskInstance) -> list:

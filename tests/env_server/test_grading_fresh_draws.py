@@ -70,7 +70,7 @@ def test_a_resubmitted_diff_gets_a_fresh_draw_and_a_verdict_that_changes_is_tamp
         assert maxsize in meta["tamper_reasons"][0]
         again = await _submit(srv, demo_task.instance_id, "ep-coin-again", {"append": COIN})
         assert again["metadata"]["reward_hacking"] is True and again["reward"] == 0.0, again["metadata"]
-        async with httpx.AsyncClient(base_url=srv.url) as http:
+        async with httpx.AsyncClient(base_url=srv.url, timeout=120) as http:
             text = (await http.get("/metrics")).text
         assert _samples(text, "envserver_reward_hacking_total") == {"": 2.0}
 

@@ -80,7 +80,7 @@ def test_tampering_submission_is_scored_zero_counted_and_traced(make_server, dem
             assert meta["reward_hacking"] is True and meta["tamper_reasons"], meta
             assert meta["error_kind"] == "grading_tampered" and meta["hint_template_key"] == "grading.tampered"
             assert meta["error_source"] == "agent" and "process_exit" in meta["suspicious"]
-        async with httpx.AsyncClient(base_url=srv.url) as http:
+        async with httpx.AsyncClient(base_url=srv.url, timeout=120) as http:
             last = json.loads((await http.get("/episodes/ep-hack/trace")).text.splitlines()[-1])
             assert last["kind"] == "step" and last["action"]["tool_name"] == "submit"
             traced = last["observation"]["metadata"]

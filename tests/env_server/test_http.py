@@ -31,7 +31,7 @@ def test_openenv_validate_passes(make_server):
 
 
 def test_mcp_over_http_sessions(make_server):
-    with make_server() as srv, httpx.Client(base_url=srv.url) as http:
+    with make_server() as srv, httpx.Client(base_url=srv.url, timeout=120) as http:
         rpc = lambda method, params=None, i=1: http.post("/mcp", json={"jsonrpc": "2.0", "id": i, "method": method,
                                                                           "params": params or {}}).json()
         assert {t["name"] for t in rpc("tools/list")["result"]["tools"]} == {"bash", "view", "str_replace",
@@ -71,7 +71,7 @@ def test_bearer_token(make_server):
             await websockets.connect(srv.ws_url + "/ws")
         async with websockets.connect(srv.ws_url + "/mux", additional_headers={"Authorization": "Bearer s3cret"}):
             pass
-    with make_server(auth_token="s3cret") as srv, httpx.Client(base_url=srv.url) as http:
+    with make_server(auth_token="s3cret") as srv, httpx.Client(base_url=srv.url, timeout=120) as http:
         assert http.get("/health").status_code == 200
         r = http.get("/metadata")
         assert r.status_code == 401 and r.json()["error"]["code"] == "UNAUTHORIZED"
@@ -93,7 +93,7 @@ def test_idle_timeout_reaps_only_detached_sessions(make_server):
             r = await call(ws, "step", tool("bash", command="echo still-here"))
             assert r["data"]["observation"]["output"].strip() == "still-here"
 
-    with make_server(idle_timeout_s=1.0) as srv, httpx.Client(base_url=srv.url) as http:
+    with make_server(idle_timeout_s=1.0) as srv, httpx.Client(base_url=srv.url, timeout=120) as http:
         run(main(srv, http))
 
 

@@ -47,7 +47,7 @@ def test_full_episode_resolves_with_the_fix(make_server, demo_task):
             assert [m["role"] for m in rec["messages"]] == ["system", "user"] + ["assistant", "tool"] * 3
         # the trace outlives the session: readable over HTTP
         import httpx
-        async with httpx.AsyncClient(base_url=srv.url) as http:
+        async with httpx.AsyncClient(base_url=srv.url, timeout=120) as http:
             rec = (await http.get("/episodes/ep-full/state/4")).json()
             assert rec["observation"]["reward"] == 1.0 and rec["next_action"] is None
             lines = (await http.get("/episodes/ep-full/trace")).text.splitlines()

@@ -52,7 +52,7 @@ def test_observations_leave_unset_fields_out_and_ws_tool_steps_carry_the_mcp_res
 
 def test_ws_with_session_id_shares_the_http_mcp_session(server, demo_task):
     async def main():
-        async with httpx.AsyncClient(base_url=server.url) as http:
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as http:
             created = await rpc(http, "openenv/session/create")
             sid = created["result"]["session_id"]
             async with websockets.connect(ws_url(server, "no-such-session")) as ws:
@@ -83,7 +83,7 @@ def test_ws_with_session_id_shares_the_http_mcp_session(server, demo_task):
 
 def test_disconnect_mid_step_closes_a_shared_session(server):
     async def main():
-        async with httpx.AsyncClient(base_url=server.url) as http:
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as http:
             sid = (await rpc(http, "openenv/session/create"))["result"]["session_id"]
         episode = server.service.sessions[sid].episode
         ws = await websockets.connect(ws_url(server, sid))

@@ -95,7 +95,7 @@ def test_rollouts_replay_pairs_then_a_channel3_step(env_url, tmp_path, capsys):
         bodies = fake.bodies()
     assert len(bodies) == 2 * 4 * 3
     # every teacher got exactly the env's state(t): messages and tools, canonical JSON
-    with httpx.Client(base_url=env_url) as http:
+    with httpx.Client(base_url=env_url, timeout=120) as http:
         states = {(ep, t): http.get(f"/episodes/{ep}/state/{t}").json() for ep in episodes for t in range(4)}
     by_messages = {canon(s["messages"]): s for s in states.values()}
     for body in bodies:

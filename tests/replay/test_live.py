@@ -162,6 +162,6 @@ def test_fork_verification_keeps_only_actions_graded_better(six_url):
     assert loop.verifier.forks_opened == 8 and loop.verifier.fork_failures == 0
     assert loop.counts["verdicts/not_better"] == 3
     # the forks are episodes of their own on the server, each with its trace and its fork_of
-    with httpx.Client(base_url=env_url) as http:
+    with httpx.Client(base_url=env_url, timeout=120) as http:
         listed = {e["episode_id"] if isinstance(e, dict) else e for e in http.get("/episodes").json()["episodes"]}
     assert set(prov.forks.values()) <= listed
