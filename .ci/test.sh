@@ -2,15 +2,36 @@
 # The test suite. Fails when pytest fails *or* runs no test (exit code 5).
 # The log ends with the skip count and each reason (tests/conftest.py); under CI=true a
 # skip for any reason but a missing GPU is a failure.
-# Test files run in SWE_TEST_WORKERS processes (pytest-xdist, one file per worker at a time, the
-# longest first: tests/timing.py); most of the suite waits on servers, sandboxes and subprocesses,
-# so 2 workers overlap those waits on 2 cores. SWE_TEST_WORKERS=0 runs everything in this process.
+#
+# Most of the suite waits on servers, sandboxes and subprocesses, so its test files run in
+# SWE_TEST_WORKERS processes (pytest-xdist, default 2: one file per worker at a time, the longest
+# first: tests/timing.py). The sandbox's own tests (limits: fork and memory bombs, a runtime that
+# stops answering) run first, alone, on a quiet machine. Given test paths, only those run (in the
+# workers). SWE_TEST_WORKERS=0 runs everything in this process.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TRL_EXPERIMENTAL_SILENCE=1 TOKENIZERS_PARALLELISM=false
 workers=${SWE_TEST_WORKERS:-2}
-if [ "$workers" = 0 ]; then dist=(); else dist=(-n "$workers" --dist loadfile); fi
-.venv/bin/python -m pytest "${dist[@]}" --durations=40 "$@"
-rc=$?
-if [ $rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi
-exit $rc
+QUIET_FIRST=tests/sandbox
+
+paths=0
+for a in "$@"; do [[ "$a" != -* && -e "${a%%::*}" ]] && paths=1; done
+
+run() {  # pytest, with exit code 5 (no test collected) a failure
+    .venv/bin/python -m pytest "$@"
+    local rc=$?
+    if [ $rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; return 1; fi
+    return $rc
+}
+
+if [ "$workers" = 0 ]; then
+    run --durations=40 "$@"
+elif [ $paths = 1 ]; then
+    run -n "$workers" --dist loadfile --durations=40 "$@"
+else
+    run --durations=10 "$@" "$QUIET_FIRST"
+    first=$?
+    run -n "$workers" --dist loadfile --durations=40 --ignore="$QUIET_FIRST" "$@"
+    rest=$?
+    [ $first -eq 0 ] && [ $rest -eq 0 ]
+fi
