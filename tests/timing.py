@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from pathlib import Path
@@ -21,8 +22,10 @@ FAST_FILE_S = 8.0  # a file whose tests take longer in all is in the full suite 
 SLOWEST = 40  # tests named in the file
 
 
+@functools.cache  # read once per process: both collection hooks and the recorder use it
 def recorded() -> dict[str, float]:
-    """Seconds per test file (``tests/...py``) from the committed file; {} when there is none."""
+    """Seconds per test file (``tests/...py``) from the committed file, as it was when the run started;
+    {} when there is none."""
     try:
         return {k: float(v) for k, v in json.loads(DURATIONS.read_text())["files"].items()}
     except (OSError, ValueError, KeyError, TypeError):

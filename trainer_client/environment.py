@@ -212,9 +212,8 @@ class SweEnvironment:
         if self.done or self._submitting is not None:
             return "Error: the episode is over (submit was called); no more tool calls are accepted."
         args = {k: v for k, v in arguments.items() if v is not None}
-        session = self._session
         return self._settle(tool_name, record, lambda: self.runtime.run(
-            session.call_tool(tool_name, args, metadata=self._turn_metadata(record))))
+            self._session.call_tool(tool_name, args, metadata=self._turn_metadata(record))))
 
     def _settle(self, tool_name: str, record: bool, observe) -> str:
         """Record the observation `observe()` returns (or the infra failure it raises) as this turn's."""
