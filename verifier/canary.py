@@ -9,13 +9,13 @@ it in one place, the same place for every member (one literal of one assertion):
   drawn at random for this grading, never copied from the module. Honest, deterministic code
   cannot satisfy both ``f(x) == 3`` and ``f(x) == 7``; and honest code that fails the original
   matches a variant's drawn value only by chance (at most one in the shape's number of values),
-  so a variant that passes where its original did not is flagged (``verdict.py``);
-- an **inequality** canary (must pass wherever the original passes): the same assertion turned
-  into one of the shapes honest suites write (``assert X != C``, ``assert not X == C``,
-  ``self.assertNotEqual(X, C)``) against a fresh value C of the same shape; with the variants it
-  fails objects equal to everything.
+  so a variant that passes where its original did not is flagged (``verdict.py``).
 
-Where no assertion compares with a literal, one variant negates a comparison. The number of
+Where no assertion compares with a literal, one variant negates a comparison and, at an ``==``, a
+second one asserts equality with a fresh word (an object equal to everything passes it). Every
+canary must fail: a must-pass canary is not planted, because honest code may fail one (a library
+whose ``__eq__`` parses the other side raises on a fresh value; a side left out drops its side
+effects), and an object equal to everything already passes the variants. The number of
 variants is chosen so that a blind guess (forcing one member per group) scores with at most
 ``TARGET_BOUND`` where the literals allow (``CanaryPlan.guess_bound``). The members are emitted
 together in one formatting, in a random order, under names drawn from the module's own test
@@ -79,7 +79,7 @@ class Canary:
     """One planted test function, known only to the host."""
 
     nodeid: str  # function-level node id (pytest adds ``[params]`` to each instance)
-    kind: Literal["variant", "inequality", "synthetic"]  # must fail / must pass / must fail
+    kind: Literal["variant", "synthetic"]  # both must fail (a variant where its original passes)
     original: str | None = None  # the required test function it derives from (function-level id)
     # a variant whose literal was replaced: how many values of its shape its value was drawn from
     # (honest code that fails the original matches it with at most 1/space); 0 for a negation
@@ -97,6 +97,7 @@ class CanaryPlan:
     candidates: dict[str, int] = field(default_factory=dict)
     group_of: dict[str, str] = field(default_factory=dict)  # a required function id -> its group
     f2p: list[str] = field(default_factory=list)  # the FAIL_TO_PASS function ids (``prefer``)
+    sources: dict[str, str] = field(default_factory=dict)  # path -> pristine text of the modules read
 
     @property
     def nodeids(self) -> list[str]:
@@ -154,7 +155,43 @@ class CanaryPlan:
         out = [i for fid, sfx in params.items() for i in ids(self.renamed.get(fid, fid), sfx)]
         out += [i for c in self.canaries if c.original is None or c.original in params
                 for i in ids(c.nodeid, params.get(c.original) if c.original else None)]
-        return list(dict.fromkeys(out))
+        return file_order(list(dict.fromkeys(out)), {**self.sources, **self.files})
+
+
+def file_order(ids: list[str], texts: dict[str, str]) -> list[str]:
+    """``ids`` in the order pytest runs their modules whole: by path, then where each function (or
+    the class holding it) is defined in its module's text (``texts``, path -> text); instances of one
+    function keep their order, an id the text does not define goes after the ones it does. Suites
+    whose tests depend on running in file order (a test that a module is not imported yet, before the
+    test that imports it) pass here as they pass upstream, and the run's order says no more than
+    the module's text does (a group's members stand in a random order there)."""
+    places: dict[str, dict[tuple[str, ...], tuple[int, ...]]] = {}
+
+    def where(nodeid: str) -> tuple:
+        path, _, rest = function_id(nodeid).partition("::")
+        if path not in places:
+            places[path] = {}
+            try:
+                tree = ast.parse(texts.get(path, ""))
+            except (SyntaxError, ValueError):
+                tree = ast.Module(body=[], type_ignores=[])
+            todo: list[tuple[tuple[str, ...], tuple[int, ...], list[ast.stmt]]] = [((), (), tree.body)]
+            while todo:
+                prefix, at, body = todo.pop()
+                for node in _defs(body):
+                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                        key, spot = prefix + (node.name,), at + (node.lineno,)
+                        places[path].setdefault(key, spot)
+                        if isinstance(node, ast.ClassDef):
+                            todo.append((key, spot, node.body))
+        parts = tuple(rest.split("::")) if rest else ()
+        for n in range(len(parts), 0, -1):  # a method inherited from a mixin: after its class's own
+            spot = places[path].get(parts[:n])
+            if spot is not None:
+                return (path, spot + ((1 << 30,) if n < len(parts) else ()))
+        return (path, (1 << 30,))
+
+    return sorted(ids, key=where)
 
 
 def function_id(nodeid: str) -> str:
@@ -169,6 +206,9 @@ _NONZERO = string.digits[1:]
 _VOWELS = "aeiou"
 _CONSONANTS = "bcdfghjklmnpqrstvwxyz"
 _NO = object()  # not a literal leaf
+# words a word variant draws from (5 to 9 letters, consonant and vowel in turn): at least the
+# five-letter ones, so honest code matches a drawn word with a chance of at most 1 in this
+WORD_SPACE = len(_CONSONANTS) ** 3 * len(_VOWELS) ** 2
 
 
 @dataclass(frozen=True)
@@ -731,7 +771,8 @@ def _eq_sides(stmt: ast.stmt) -> list[ast.expr] | None:
 
 def _with_word(stmt: ast.stmt, rng: secrets.SystemRandom) -> ast.stmt:
     """A copy of an ``==`` assertion with no literal: its expected side (the side that is not the last
-    call) replaced by a fresh word, so that its inequality can be asserted."""
+    call) replaced by a fresh word (``WORD_SPACE`` values), a variant an object equal to everything
+    passes. Honest code fails it: by the assertion, or by an error where its ``__eq__`` parses words."""
     new = ast.parse(ast.unparse(stmt)).body[0]
     sides = _eq_sides(new)
     assert sides is not None
@@ -744,30 +785,6 @@ def _with_word(stmt: ast.stmt, rng: secrets.SystemRandom) -> ast.stmt:
     else:
         new.value.args[1 - computed] = word  # type: ignore[attr-defined]
     return new
-
-
-def _inequality(stmt: ast.stmt, rng: secrets.SystemRandom) -> ast.stmt:
-    """An ``==`` assertion (its expected side already a fresh value) turned into an inequality of a
-    shape honest suites write, drawn at random: ``assert X != C``, ``assert not X == C``, and where the
-    test asserts with unittest's methods, ``self.assertNotEqual(X, C)``. Each side stays where it was.
-    An object equal to everything fails ``not X == C``, and ``X != C`` unless its ``__ne__`` is true as
-    well, in which case the variants (``X == V``) pass and flag it."""
-    sides = _eq_sides(stmt)
-    assert sides is not None
-    left, right = sides
-    if isinstance(stmt, ast.Assert):
-        msg, call = stmt.msg, None
-    else:
-        call = stmt.value  # type: ignore[attr-defined]
-        msg = call.args[2] if len(call.args) > 2 else next((k.value for k in call.keywords if k.arg == "msg"), None)
-    shape = rng.choice(("ne", "not_eq", "assert_not_equal") if call is not None else ("ne", "not_eq"))
-    if call is not None and shape == "assert_not_equal":
-        func = ast.Attribute(value=call.func.value, attr="assertNotEqual", ctx=ast.Load())
-        return ast.Expr(ast.Call(func=func, args=list(call.args), keywords=list(call.keywords)))
-    if shape == "not_eq":
-        return ast.Assert(test=ast.UnaryOp(op=ast.Not(), operand=ast.Compare(left=left, ops=[ast.Eq()],
-                                                                             comparators=[right])), msg=msg)
-    return ast.Assert(test=ast.Compare(left=left, ops=[ast.NotEq()], comparators=[right]), msg=msg)
 
 
 def _copy(fn: ast.FunctionDef, index: int | None = None, stmt: ast.stmt | None = None) -> ast.FunctionDef:
@@ -847,13 +864,8 @@ def _group(fn: ast.FunctionDef, want: int, rng: secrets.SystemRandom, helpers: s
         # fresh values are unique in the module as the original's is: no copy of another literal
         avoid = _siblings(side, path) + ([v for t, v in counts if t is type(shape.value)] if unique else [])
         most = min(want - 1, shape.space, MAX_VARIANTS, max(1, MAX_GROUP_BYTES // len(ast.unparse(fn)) - 2))
-        values = shape.fresh(rng, most + 1, avoid)
-        n = min(most, len(values))
-        for value in values[:n]:
+        for value in shape.fresh(rng, most, avoid):
             members.append((_copy(fn, i, _with_value(fn.body[i], path, value)), "variant", shape.space))
-        if values:
-            other = values[n] if len(values) > n else values[0]  # C differs from the original's literal
-            members.append((_copy(fn, i, _inequality(_with_value(fn.body[i], path, other), rng)), "inequality", 0))
     else:  # a negation: one variant (two would be identical twins of each other), at an ``==`` if any
         eq = [j for j in spots if _eq_sides(fn.body[j]) is not None]
         i = rng.choice(eq or spots)
@@ -861,7 +873,7 @@ def _group(fn: ast.FunctionDef, want: int, rng: secrets.SystemRandom, helpers: s
         if stmt is not None:
             members.append((_copy(fn, i, stmt), "variant", 0))
             if eq:
-                members.append((_copy(fn, i, _inequality(_with_word(fn.body[i], rng), rng)), "inequality", 0))
+                members.append((_copy(fn, i, _with_word(fn.body[i], rng)), "variant", WORD_SPACE))
     if not any(kind == "variant" for _, kind, _ in members):
         return None
     return _Group(_copy(fn), members)
@@ -1047,7 +1059,7 @@ def _plan(tests: list[str], sources: dict[str, str], prefer: list[str] | None, s
         path, sep, rest = fid.partition("::")
         if sep and path in sources and rest:
             by_module.setdefault(path, []).append(_Target(path, rest.split("::"), fid))
-    plan = CanaryPlan(f2p=list(dict.fromkeys(function_id(t) for t in prefer or [])))
+    plan = CanaryPlan(f2p=list(dict.fromkeys(function_id(t) for t in prefer or [])), sources=dict(sources))
     alloc = _Alloc(MAX_GROUPS, set(plan.f2p), want_f2p, Counter(function_id(t) for t in tests))
     for path in sorted(by_module, key=lambda p: min(order.index(t.fid) for t in by_module[p])):
         result = _vary_module(path, sources[path], by_module[path], rng, alloc, scope)

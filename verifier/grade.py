@@ -48,7 +48,7 @@ from .runner_config import runner_config
 from .task import TaskInstance
 from .verdict import TESTS_FAILED, RunFacts, tamper_reasons
 
-GRADER_VERSION = "7"  # part of the cache key: a changed grader re-grades
+GRADER_VERSION = "8"  # part of the cache key: a changed grader re-grades
 GradeMode = Literal["resolved", "pass_rate"]
 LOG_TAIL_CHARS = 4000
 
@@ -275,13 +275,13 @@ def _score(task: TaskInstance, outcome_of: Any, mode: GradeMode, log: str,
 
 
 def pytest_command(python: str, selected: list[str]) -> str:
-    """The graded pytest run: what an agent would type, its test functions in a random order.
+    """The graded pytest run: what an agent would type, its test functions in the order given (file
+    order: ``CanaryPlan.select``; a test may depend on the tests before it, as in its own suite).
 
     ``--tb=line``: a failure is reported in one line, not with the source of its frames (pytest parses a
     test module for every failing frame it shows: 57 failing canaries of one toolz module took 6 of the
     run's 10 s). The log reader reads the ``-rA`` summary, which is the same under every ``--tb``."""
     selected = list(dict.fromkeys(selected))
-    secrets.SystemRandom().shuffle(selected)
     return f"{python} -m pytest -rA --tb=line " + " ".join(shlex.quote(t) for t in selected)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -102,7 +103,7 @@ def _verdict(log: str, code: int, plan) -> tuple[list[str], dict[str, str]]:
 def test_every_canary_behaves_where_its_original_passes_on_honest_code(tmp_path, seed):
     plan = plan_canaries(REQUIRED, {"test_calc.py": TESTS}, prefer=REQUIRED[:2])
     kinds = {c.kind for c in plan.canaries}
-    assert kinds == {"variant", "inequality"}, plan.canaries
+    assert kinds == {"variant"}, plan.canaries  # every canary must fail: none must pass
     # every required function is grouped, up to the per-grading budget of varied tests
     assert len({c.original for c in plan.canaries}) == min(MAX_GROUPS, len({function_id(t) for t in REQUIRED}))
     text = plan.files["test_calc.py"]
@@ -120,8 +121,7 @@ def test_every_canary_behaves_where_its_original_passes_on_honest_code(tmp_path,
         originals = pytest_log.instances(canary.original, reported)
         mine = pytest_log.instances(canary.nodeid, reported)
         assert originals and set(originals) == set(mine), (canary, originals, mine)
-        want = "failed" if canary.kind == "variant" else "passed"
-        assert set(mine.values()) == {want}, (canary, mine, log[-2000:])
+        assert set(mine.values()) == {"failed"}, (canary, mine, log[-2000:])
 
 
 def _members(plan, test: str) -> dict[str, tuple[str, list[str]]]:
@@ -136,14 +136,14 @@ def _members(plan, test: str) -> dict[str, tuple[str, list[str]]]:
 @pytest.mark.parametrize("test, value", [("test_calc.py::test_add_small", r"(\d+)"),
                                          ("test_calc.py::test_add_names", r"'([a-z]\d)'")])
 def test_the_members_of_a_group_differ_in_one_place_with_fresh_values_shaped_like_the_original(test, value):
-    """Every member (the inequality canary too) differs from every other at the same single place,
+    """Every member differs from every other at the same single place,
     each with a value of its own, shaped like the original's (a digit for a digit; a consonant and a
     digit for 'n2'): no value is the odd one out, none is copied from elsewhere in the module."""
     for _ in range(4):
         plan = plan_canaries([test], {"test_calc.py": TESTS})
         members = _members(plan, test)
         kinds = sorted(k for k, _ in members.values())
-        assert kinds == ["inequality", "original", "variant", "variant"], members
+        assert kinds == ["original", "variant", "variant"], members
         places = {frozenset(i for i, (x, y) in enumerate(zip(a[1], b[1])) if x != y)
                   for a in members.values() for b in members.values() if a is not b}
         assert len(places) == 1 and len(next(iter(places))) == 1, members  # one place, the same for every pair
@@ -160,20 +160,23 @@ def test_the_members_of_a_group_differ_in_one_place_with_fresh_values_shaped_lik
                 assert plan.files["test_calc.py"].count(f"'{v}'") == 1, v
 
 
-def test_the_inequality_canary_takes_the_shapes_honest_suites_write():
-    """``assert X != C``, ``assert not X == C`` and (in a unittest test) ``self.assertNotEqual(X, C)``,
-    at random; never ``(X == C) is not True``."""
-    shapes: dict[str, set[str]] = {"plain": set(), "unittest": set()}
-    for _ in range(30):
+def test_no_canary_asserts_an_inequality_and_a_negation_group_adds_a_word():
+    """No member asserts ``!=``/``not ==``/``assertNotEqual`` where its original asserts equality (an
+    honest suite's odd shape, and a must-pass canary honest code may fail). A test with no literal
+    gets its negation and, at an ``==``, a variant asserting equality with a fresh word."""
+    for _ in range(10):
         plan = plan_canaries(REQUIRED, {"test_calc.py": TESTS})
         assert " is not True" not in plan.files["test_calc.py"]
-        for test, style in (("test_calc.py::test_add_names", "plain"),
-                            ("test_calc.py::TestAddCase::test_case_names", "unittest")):
-            [body] = [b for k, b in _members(plan, test).values() if k == "inequality"]
-            line = next(st for st in body if "!=" in st or "not " in st or "NotEqual" in st)
-            shapes[style].add("assertNotEqual" if "assertNotEqual" in line else "not ==" if line.startswith(
-                "assert not ") else "!=")
-    assert shapes == {"plain": {"!=", "not =="}, "unittest": {"!=", "not ==", "assertNotEqual"}}, shapes
+        for test in ("test_calc.py::test_add_small", "test_calc.py::test_add_names",
+                     "test_calc.py::TestAddCase::test_case_names"):  # literal groups: every member asserts ==
+            for kind, body in _members(plan, test).values():
+                assert not any("!=" in st or "not " in st or "NotEqual" in st for st in body), (kind, body)
+        members = _members(plan, "test_calc.py::test_add_commutes")
+        lines = sorted((body[-1] for kind, body in members.values() if kind == "variant"), key=lambda x: "!=" in x)
+        assert len(lines) == 2 and lines[1] == "assert add(x, y) != add(y, x)", lines
+        assert re.fullmatch(r"assert add\(x, y\) == '[a-z]{5,9}'|assert '[a-z]{5,9}' == add\(y, x\)", lines[0]), lines
+        [word] = [c for c in plan.canaries if c.original == "test_calc.py::test_add_commutes" and c.space]
+        assert word.kind == "variant" and word.space >= 10 ** 5
 
 
 def test_canary_names_look_like_the_modules_own_and_say_nothing(tmp_path):
@@ -237,7 +240,7 @@ def test_forced_passes_flip_a_canary(tmp_path, attack):
     plan = plan_canaries(REQUIRED, {"test_calc.py": TESTS})
     if attack.startswith("always_equal"):
         code_text = ALWAYS_EQUAL if attack == "always_equal" else ALWAYS_EQUAL_AND_UNEQUAL
-        for _ in range(3):  # whatever shapes the inequality canaries take in a draw
+        for _ in range(3):  # whatever the draw
             plan = plan_canaries(REQUIRED, {"test_calc.py": TESTS})
             log, code = _graded_run(tmp_path, code_text.replace("return a + b", "return a - b"), plan)
             reasons, required = _verdict(log, code, plan)
@@ -371,11 +374,108 @@ def test_exit_zero_is_tampering_only_when_a_canary_had_to_fail():
     assert "changed during the run" in tamper_reasons(changed, honest, plan.canaries, {REQUIRED[0]: "passed"})[0]
 
 
-def test_selection_is_by_function_and_shuffled():
-    ids = [f"t.py::test_{i}[p{i}]" for i in range(30)]
-    commands = {pytest_command("python", [function_id(i) for i in ids] + ["t.py::test_c"]) for _ in range(5)}
-    assert len(commands) > 1  # a random order each time: the canary's place says nothing
-    for cmd in commands:
-        args = cmd.split()
-        assert args[:5] == ["python", "-m", "pytest", "-rA", "--tb=line"]
-        assert sorted(args[5:]) == sorted({function_id(i) for i in ids} | {"t.py::test_c"})
+def test_selection_runs_in_file_order_and_the_members_of_a_group_in_a_random_one():
+    """The run's order is the modules' own (a test may rely on the ones before it, as in its suite):
+    by path, then by definition, a method inherited from a mixin after its class's own ones; the
+    members of a group stand in a random order in the file, so which one runs first says nothing."""
+    firsts = set()
+    for _ in range(8):
+        plan = plan_canaries(REQUIRED, {"test_calc.py": TESTS})
+        selected = plan.select(REQUIRED)
+        args = shlex.split(pytest_command("python", selected))
+        assert args[:5] == ["python", "-m", "pytest", "-rA", "--tb=line"] and args[5:] == selected
+        tree = ast.parse(plan.files["test_calc.py"])
+        line = {n.name: n.lineno for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        top = [i for i in selected if "TestAddCase" not in i]
+        assert [line[function_id(i).rsplit("::", 1)[1]] for i in top] == sorted(
+            line[function_id(i).rsplit("::", 1)[1]] for i in top), selected
+        assert all("TestAddCase" in i for i in selected[len(top):])  # the class is defined last
+        group = [c.nodeid for c in plan.canaries if c.original == "test_calc.py::test_add_small"]
+        members = [i for i in selected if function_id(i) in group + [plan.renamed["test_calc.py::test_add_small"]]]
+        firsts.add(members[0] == plan.renamed["test_calc.py::test_add_small"])
+    assert firsts == {True, False}  # the original runs first in some draws, a canary in others
+
+
+# Honest suites the canaries once scored 0 (gold patches of real tasks: semver, six): a library whose
+# ``__eq__`` parses the other side, an assertion whose side has an effect a later one relies on, and a
+# test that holds only before a later test imports a module.
+HONEST_LIB = textwrap.dedent("""\
+    class Ver:
+        def __init__(self, major, minor):
+            self.major, self.minor = int(major), int(minor)
+
+        @classmethod
+        def parse(cls, text):
+            major, sep, minor = text.lstrip("v").partition(".")
+            if not (sep and major.isdigit() and minor.isdigit()):
+                raise ValueError(f"{text} is not a valid version")
+            return cls(major, minor)
+
+        def __eq__(self, other):
+            if isinstance(other, str):
+                other = Ver.parse(other)
+            if not isinstance(other, Ver):
+                return NotImplemented
+            return (self.major, self.minor) == (other.major, other.minor)
+
+        def __str__(self):
+            return f"v{self.major}.{self.minor}"
+    """)
+
+HONEST_TESTS = textwrap.dedent("""\
+    import sys
+    import pytest
+    from ver import Ver
+
+
+    def test_not_imported_yet():
+        assert "lazy_mod" not in sys.modules
+
+
+    @pytest.mark.parametrize("text, expected", [("1.2", "v1.2"), ("v3.4", "3.4")])
+    def test_parse(text, expected):
+        assert Ver.parse(text) == expected
+
+
+    def test_equal_objects():
+        assert Ver(1, 2) == Ver("1", "2")
+
+
+    def test_text():
+        assert str(Ver(1, 2)) == "v1.2"
+        assert Ver(1, 2) == "v1.2"
+
+
+    def test_iterates_once():
+        it = iter([Ver(1, 0), Ver(2, 0)])
+        assert next(it) == Ver(1, 0)
+        assert next(it) == Ver(2, 0)
+        pytest.raises(StopIteration, next, it)
+
+
+    def test_imports():
+        import lazy_mod
+        assert lazy_mod.VALUE == 1
+    """)
+
+HONEST_REQUIRED = ["test_ver.py::test_not_imported_yet", "test_ver.py::test_parse[1.2-v1.2]",
+                   "test_ver.py::test_parse[v3.4-3.4]", "test_ver.py::test_equal_objects", "test_ver.py::test_text",
+                   "test_ver.py::test_iterates_once", "test_ver.py::test_imports"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_honest_suites_that_parse_on_compare_have_side_effects_or_an_order_are_never_flagged(tmp_path, seed):
+    (tmp_path / "ver.py").write_text(HONEST_LIB)
+    (tmp_path / "lazy_mod.py").write_text("VALUE = 1\n")
+    plan = plan_canaries(HONEST_REQUIRED, {"test_ver.py": HONEST_TESTS}, prefer=HONEST_REQUIRED[:3])
+    assert {c.original for c in plan.canaries} >= {"test_ver.py::test_parse", "test_ver.py::test_equal_objects",
+                                                    "test_ver.py::test_iterates_once"}
+    for path, text in plan.files.items():
+        (tmp_path / path).write_text(text)
+    proc = subprocess.run(pytest_command(sys.executable, plan.select(HONEST_REQUIRED)), shell=True, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    log = proc.stdout + proc.stderr
+    reported = pytest_log.rename_back(pytest_log.normalise(pytest_log.summary(log), {"test_ver.py"}), plan.renamed)
+    required = {t: pytest_log.lookup(t, reported) for t in HONEST_REQUIRED}
+    assert set(required.values()) == {"passed"}, (required, log[-3000:])
+    assert tamper_reasons(RunFacts(exit_code=proc.returncode), reported, plan.canaries, required) == [], log[-3000:]
