@@ -10,8 +10,8 @@ Install it alone, from a checkout: `pip install -e ".[client]"`.
 """
 
 from .config import TOKEN_ENV, ClientConfig, auth_headers, resolve_token, split_token
-from .errors import (EnvAuthError, EnvCapacityError, EnvClientError, EnvConnectionError, EnvForkError, EnvImageError,
-                     EnvNotFoundError,
+from .errors import (EnvAuthError, EnvCapacityError, EnvClientError, EnvConnectionError, EnvForkError,
+                     EnvGraderBusyError, EnvImageError, EnvNotFoundError,
                      EnvRequestError, EnvSandboxError, EnvServerError, EnvSessionError, EnvTimeoutError,
                      MissingDependencyError, NoLiveReplicaError, http_error, server_error)
 from .export import (EpisodeRecorder, PolicyTurn, RolloutRecord, TurnRecord, preference_pairs, read_jsonl, read_parquet,
@@ -26,7 +26,7 @@ from .ws import WsReplica, WsSession
 
 __all__ = [
     "TOKEN_ENV", "AsyncHttpClient", "ClientConfig", "EnvAuthError", "EnvCapacityError", "EnvClient",
-    "EnvClientError", "EnvConnectionError", "EnvForkError", "EnvImageError", "EnvNotFoundError", "EnvRequestError", "EnvSandboxError",
+    "EnvClientError", "EnvConnectionError", "EnvForkError", "EnvGraderBusyError", "EnvImageError", "EnvNotFoundError", "EnvRequestError", "EnvSandboxError",
     "EnvServerError", "EnvSessionError", "EnvTimeoutError", "EpisodeRecorder", "MissingDependencyError",
     "MuxConnection", "NoLiveReplicaError", "PolicyTurn", "RemoteSession", "ReplicaPool", "RolloutRecord",
     "SessionBase", "SyncSession", "TurnRecord", "WsReplica", "WsSession", "auth_headers", "http_base",

@@ -20,6 +20,9 @@ class ClientConfig(BaseModel):
 
     request_timeout_s: float = Field(600.0, gt=0, description="reply deadline of one request (tests can be slow)")
     reset_timeout_s: float = Field(900.0, gt=0, description="reply deadline of a reset (sandbox boot)")
+    grader_busy_wait_s: float = Field(1800.0, ge=0, description=(
+        "how long a step refused with GRADER_BUSY (a full grading queue: nothing was done) is sent again, "
+        "after the server's retry_after_s each time, before EnvGraderBusyError is raised"))
     connect_timeout_s: float = Field(10.0, gt=0)
     reconnect_attempts: int = Field(3, ge=0, description="tries after a drop before the replica is declared dead")
     reconnect_backoff_s: float = Field(0.5, ge=0, description="first back-off; doubles per try")

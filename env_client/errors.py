@@ -10,7 +10,8 @@ from contract import ErrorCode  # public wire types only
 
 from .config import TOKEN_ENV
 
-__all__ = ["EnvAuthError", "EnvCapacityError", "EnvClientError", "EnvConnectionError", "EnvForkError", "EnvImageError", "EnvNotFoundError",
+__all__ = ["EnvAuthError", "EnvCapacityError", "EnvClientError", "EnvConnectionError", "EnvForkError",
+           "EnvGraderBusyError", "EnvImageError", "EnvNotFoundError",
            "EnvRequestError", "EnvSandboxError", "EnvServerError", "EnvSessionError", "EnvTimeoutError",
            "MissingDependencyError", "NoLiveReplicaError", "http_error", "server_error"]
 
@@ -72,6 +73,19 @@ class EnvCapacityError(EnvServerError):
     """CAPACITY_REACHED: the replica has no free session slot."""
 
 
+class EnvGraderBusyError(EnvServerError):
+    """GRADER_BUSY: the replica's grading queue is full; the submit did nothing and may be sent again
+    after ``data["retry_after_s"]`` (the session's `step` does so itself, up to
+    `ClientConfig.grader_busy_wait_s`)."""
+
+    @property
+    def retry_after_s(self) -> float:
+        try:
+            return max(0.1, float(self.data.get("retry_after_s", 2.0)))
+        except (TypeError, ValueError):
+            return 2.0
+
+
 class EnvSessionError(EnvServerError, LookupError):
     """The session is unknown, closed, or broken on the server."""
 
@@ -116,6 +130,7 @@ _ERRORS_BY_CODE: dict[str, type[EnvServerError]] = {
     ErrorCode.INVALID_ACTION.value: EnvRequestError,
     ErrorCode.FRAME_TOO_LARGE.value: EnvRequestError,
     ErrorCode.FORK_UNAVAILABLE.value: EnvForkError,
+    ErrorCode.GRADER_BUSY.value: EnvGraderBusyError,
 }
 #: codes that stay the generic EnvServerError on purpose (a failure of the server or of the request's
 #: execution, nothing a client can act on by type); UNAUTHORIZED is EnvAuthError (never retried)

@@ -7,14 +7,16 @@ OpenEnv `/ws` socket.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import time
 import uuid
 from typing import Any
 
 from pydantic import BaseModel
 
 from .config import ClientConfig
-from .errors import EnvClientError
+from .errors import EnvClientError, EnvGraderBusyError
 from .export import EpisodeRecorder, PolicyTurn, RolloutRecord
 from .mux import MuxConnection
 
@@ -88,11 +90,24 @@ class SessionBase:
         logprobs = None
         if action.get("type") == "call_tool":
             action, logprobs = self._with_turn(action)
-        obs = observation_from_reply(await self._request("step", action, timeout_s))
+        obs = observation_from_reply(await self._step_when_graded(action, timeout_s))
         obs.pop("result", None)  # /ws's MCP view of the same step
         if self.recording is not None:
             self.recording.add_step(action, obs, logprobs)
         return obs
+
+    async def _step_when_graded(self, action: dict, timeout_s: float | None) -> dict:
+        """The step's reply; a GRADER_BUSY refusal (a full grading queue: nothing was done) is sent
+        again after the server's retry_after_s, up to `grader_busy_wait_s`."""
+        deadline = time.monotonic() + self.config.grader_busy_wait_s
+        while True:
+            try:
+                return await self._request("step", action, timeout_s)
+            except EnvGraderBusyError as exc:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+                await asyncio.sleep(min(exc.retry_after_s, left))
 
     async def call_tool(self, tool_name: str, arguments: dict, timeout_s: float | None = None,
                         metadata: dict | None = None, *, turn: PolicyTurn | None = None) -> dict:

@@ -30,7 +30,7 @@ from .traces import TraceError
 from .ws import serve_ws
 
 _STATUS = {ErrorCode.UNAUTHORIZED: 401, ErrorCode.EPISODE_NOT_FOUND: 404, ErrorCode.STEP_OUT_OF_RANGE: 404,
-           ErrorCode.SESSION_NOT_FOUND: 404, ErrorCode.TASK_NOT_FOUND: 404}
+           ErrorCode.SESSION_NOT_FOUND: 404, ErrorCode.TASK_NOT_FOUND: 404, ErrorCode.GRADER_BUSY: 503}
 
 
 def uvicorn_config(app: FastAPI, config: ServerConfig, host: str, port: int, log_level: str = "info") -> Any:

@@ -92,6 +92,7 @@ _FLAGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("--log-level", "log_level", {}),
     ("--warm-pool", "warm_pool", {"type": int, "metavar": "N"}),
     ("--prefetch-ahead", "prefetch_ahead", {"type": int, "metavar": "N"}),
+    ("--group-size", "group_size", {"type": int, "metavar": "N"}),
     ("--image-cache-gb", "sandbox.images.cache_gb", {"type": float, "metavar": "GB"}),
     ("--max-pulls", "sandbox.images.max_pulls", {"type": int}),
 )

@@ -46,7 +46,17 @@ class ServerConfig(BaseModel):
     warm_pool: int = Field(0, ge=0, description=(
         "sandboxes kept pre-started (0: off): a reset claims a ready jail instead of starting one; each idle "
         "jail holds its processes and workspace (docs/deploy.md)"))
-    warm_per_task: int = Field(8, gt=0, description="of warm_pool, how many one task may hold (a GRPO group's size)")
+    warm_per_task: int = Field(8, gt=0, description=(
+        "of warm_pool, the most one task may hold; each task is kept at the size of its bursts of resets "
+        "(a GRPO group), up to this"))
+    max_gradings: int = Field(0, ge=0, description=(
+        "gradings run at once (0: one per CPU); the others wait in order (docs/deploy.md)"))
+    max_waiting_gradings: int = Field(16, ge=0, description=(
+        "gradings that may wait for a slot; a submit beyond gets GRADER_BUSY with retry_after_s (nothing is "
+        "lost: the client library sends it again), never a timeout"))
+    group_size: int = Field(1, gt=0, description=(
+        "resets with no task named get each task of the round robin this many times in a row (a GRPO group "
+        "of a framework that lets the server choose); prefetch_ahead primes that many jails per task"))
     prefetch_ahead: int = Field(0, ge=0, description=(
         "prepare the next N tasks of the round-robin queue in the background: their images pulled and derived "
         "(docker), and with warm_pool, jails started for them"))

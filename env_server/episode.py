@@ -7,7 +7,9 @@ the step to the trace before the observation is returned.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import binascii
 import logging
 import time
@@ -33,6 +35,7 @@ from verifier import GradeCache, GradeResult, grade_submission
 from verifier.task import TaskInstance
 
 from .errors import ProtocolError
+from .gradings import GradingQueue
 from .markers import ToolFailure, failure
 from .tools import TOOL_SPECS, parse_arguments, run_tool
 from .traces import ForkPoint, TraceStore, TraceWriter
@@ -86,16 +89,21 @@ class Episode:
         # Whether an agent's tool call may have changed the workspace: from then on, a workspace whose
         # diff cannot be read is what the agent left (before, the server is to blame).
         self._agent_changed = False
+        # set once its first step is done or it closes: the jail of the episode it replaced then goes
+        self.stepped: asyncio.Event | None = None
+        self.gradings: GradingQueue | None = None  # the replica's grading queue (None: grade at once)
 
     @classmethod
     async def start(cls, episode_id: str, task: TaskInstance, store: TraceStore, sandbox_config: SandboxConfig,
                     config: EpisodeConfig, cache: GradeCache | None = None,
                     context: ContextSpec | None = None, fork: ForkPoint | None = None,
-                    owner: str | None = None, pool: WarmPool | None = None) -> tuple["Episode", SWEObservation]:
+                    owner: str | None = None, pool: WarmPool | None = None,
+                    refill_pool: bool = True) -> tuple["Episode", SWEObservation]:
         """Open the sandbox, write the reset record, return the episode and its first observation.
 
         ``owner``: the client that creates it (recorded in the reset record; None on a server without tokens).
-        ``pool``: where the sandbox comes from when given (a pre-started jail, as fresh as a cold one).
+        ``pool``: where the sandbox comes from when given (a pre-started jail, as fresh as a cold one);
+        ``refill_pool``: whether the claim refills the pool for this task (no: the server primes it ahead).
 
         ``fork``: start from a recorded episode after its step t (``task`` is its task): the
         workspace is the task's scrubbed template with the recorded diff applied (verified), the
@@ -104,7 +112,8 @@ class Episode:
         if store.exists(episode_id):
             raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"episode_id {episode_id!r} was already used")
         spec = task.workspace_spec()
-        sandbox = await (pool.open(spec, sandbox_config) if pool is not None else open_sandbox(spec, sandbox_config))
+        sandbox = await (pool.open(spec, sandbox_config, refill=refill_pool) if pool is not None
+                         else open_sandbox(spec, sandbox_config))
         try:
             if fork is not None:
                 await restore_workspace(sandbox, fork)
@@ -148,6 +157,12 @@ class Episode:
         if self.done:
             raise ProtocolError(ErrorCode.EPISODE_DONE, "the episode is done; reset to start a new one",
                                 episode_id=self.episode_id)
+        if (self.gradings is not None and self.gradings.full and isinstance(action, CallToolAction)
+                and action.tool_name == "submit"):
+            self.gradings.refused += 1
+            raise ProtocolError(ErrorCode.GRADER_BUSY, f"the grading queue is full ({self.gradings.running} "
+                                f"gradings running, {self.gradings.waiting} waiting): nothing was done, submit "
+                                "again later", retry_after_s=self.gradings.retry_after_s())
         started = time.perf_counter()
         self.step_count += 1
         obs, changed = await self._act(action)
@@ -160,6 +175,8 @@ class Episode:
                   "observation": obs.model_dump(), **diff, "time": time.time(),
                   "latency_s": round(time.perf_counter() - started, 6)}
         self.trace.append(record)
+        if self.stepped is not None:
+            self.stepped.set()
         if self.done:
             await self.close_sandbox()
         return obs
@@ -220,8 +237,9 @@ class Episode:
             return GradeResult(reward=0.0, mode=self.config.grade_mode, error_source="infra",
                                error=f"could not read the workspace diff: {exc}")
         self._graded_diff = diff
-        return await grade_submission(self.task, diff.text, self.sandbox_config, self.config.grade_mode,
-                                      cache=self.cache, timeout_s=self.config.grade_timeout_s)
+        async with (self.gradings.slot() if self.gradings is not None else contextlib.nullcontext()):
+            return await grade_submission(self.task, diff.text, self.sandbox_config, self.config.grade_mode,
+                                          cache=self.cache, timeout_s=self.config.grade_timeout_s)
 
     async def _read_diff(self) -> ExactDiff:
         """The workspace diff, with what it left out (``skipped``), and its exact patch when the text
@@ -288,6 +306,8 @@ class Episode:
 
     async def close(self) -> None:
         """Free the sandbox and close the trace (the trace stays on disk)."""
+        if self.stepped is not None:
+            self.stepped.set()
         try:
             await self.sandbox.close()
         finally:

@@ -39,6 +39,14 @@ class Metrics:
         self._step_counters: dict[str, Counter] = {}
         r.register(ImageCollector())
 
+    def watch_gradings(self, gradings: Any) -> None:
+        """Export ``gradings``' queue (an ``env_server.gradings.GradingQueue``) at each scrape."""
+        self.registry.register(GradingCollector(gradings))
+
+    def watch_pool(self, pool: Any) -> None:
+        """Export ``pool``'s stats (a ``sandbox.WarmPool``) at each scrape."""
+        self.registry.register(PoolCollector(pool))
+
     def step_counter(self, tool: str) -> Counter:
         """``steps.labels(tool)``, looked up once per tool (it is on every step's path)."""
         child = self._step_counters.get(tool)
@@ -48,6 +56,45 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class GradingCollector:
+    """The grading queue, read at each scrape: gradings running and waiting, submits refused."""
+
+    def __init__(self, gradings: Any) -> None:
+        self.gradings = gradings
+
+    def collect(self) -> Iterator[Any]:
+        stats = self.gradings.stats()
+        yield GaugeMetricFamily("envserver_gradings_running", "gradings running now (of max_gradings)",
+                                value=stats["running"])
+        yield GaugeMetricFamily("envserver_gradings_waiting", "gradings waiting for a slot (of max_waiting_gradings)",
+                                value=stats["waiting"])
+        yield CounterMetricFamily("envserver_grader_busy", "submits refused with GRADER_BUSY (the queue was full)",
+                                  value=stats["refused"])
+
+
+class PoolCollector:
+    """The warm pool (``--warm-pool``), read at each scrape: jails idle and starting, and how claims
+    were served (warm, cold, or by a start already running)."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+
+    def collect(self) -> Iterator[Any]:
+        stats = self.pool.stats()
+        for key, text in (("idle", "jails started and waiting for a claim"),
+                          ("starting", "jails being started in the background")):
+            yield GaugeMetricFamily(f"envserver_pool_{key}", text, value=stats[key])
+        claims = CounterMetricFamily("envserver_pool_claims", "resets served by the pool, by how: warm (a jail "
+                                     "was ready), raced (a start already running ended first), cold", labels=["how"])
+        for how in ("warm", "raced", "cold"):
+            claims.add_metric([how], stats[f"claims_{how}"])
+        yield claims
+        for key, text in (("start_failures", "background starts that failed"),
+                          ("evicted", "idle jails killed to make room for another task's"),
+                          ("expired", "idle jails killed past their age")):
+            yield CounterMetricFamily(f"envserver_pool_{key}", text, value=stats[key])
 
 
 class ImageCollector:

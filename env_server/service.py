@@ -40,11 +40,13 @@ from .auth import Identity
 from .config import ServerConfig
 from .episode import Episode
 from .errors import ProtocolError
+from .gradings import GradingQueue
 from .metrics import Metrics
 from .tools import TOOL_SPECS
 from .traces import ForkPoint, TraceError, TraceStore, fork_point, not_found, state_at
 
 log = logging.getLogger(__name__)
+CLOSE_BEHIND_WAIT_S = 5.0  # a replaced episode's jail waits at most this long for its successor's first step
 _METRIC_TOOLS = frozenset({t.name for t in TOOL_SPECS} | {"list_tools"})
 _SUSPICION_REASONS = frozenset(r.value for r in SuspicionReason)
 _ACTION = TypeAdapter(Action)
@@ -86,8 +88,13 @@ class EnvService:
         self.sessions: dict[str, Session] = {}
         self._round_robin = itertools.count()
         self.pool = WarmPool(config.warm_pool, per_key=config.warm_per_task) if config.warm_pool else None
+        self.gradings = GradingQueue(config.max_gradings, config.max_waiting_gradings)
+        self.metrics.watch_gradings(self.gradings)
+        if self.pool is not None:
+            self.metrics.watch_pool(self.pool)
         self._ahead: dict[str, asyncio.Task] = {}  # instance id -> its preparation (prefetch_ahead)
         self._closing: set[asyncio.Task] = set()  # episodes a reset replaced, their sandboxes being closed
+        self._behind: set[asyncio.Event] = set()  # ... after these (their replacements' first steps)
 
     # ---------------------------------------------------------------- sessions
     def open_session(self, session_id: str | None = None, attached: bool = True,
@@ -152,7 +159,7 @@ class EnvService:
             return self.tasks[params.index]
         if params.seed is not None:
             return self.tasks[random.Random(params.seed).randrange(len(self.tasks))]
-        position = next(self._round_robin)
+        position = next(self._round_robin) // self.config.group_size
         self.look_ahead(position + 1)
         return self.tasks[position % len(self.tasks)]
 
@@ -177,8 +184,9 @@ class EnvService:
 
                 _, _, release = await image_store(config).prepare(spec, config)
                 release()
-            if self.pool is not None:
-                self.pool.prime(spec, config)
+            if self.pool is not None:  # as many as a group asks at once (the bursts seen, or group_size)
+                self.pool.prime(spec, config, min(self.pool.per_key, max(self.config.group_size,
+                                                                         self.pool.typical_burst())))
         except Exception as exc:  # noqa: BLE001 - reported by the reset that needs it
             log.warning("preparing task %s ahead of its reset failed: %s", task.instance_id, exc)
         finally:
@@ -196,16 +204,21 @@ class EnvService:
             fork, task = await self.fork_point(params, identity)
         else:
             task = self.pick_task(params)
+        # a task from the round robin is primed ahead by look_ahead: its claim does not refill it
+        rotating = fork is None and params.instance_id is None and params.index is None and params.seed is None
+        ahead = bool(self.config.prefetch_ahead)
         async with session.lock:
             self._check_open(session)
+            stepped = asyncio.Event()  # set after the new episode's first step (or once it will have none)
             if session.episode is not None:
                 old, session.episode = session.episode, None
-                self._close_behind(old)  # the new episode's start does not wait for the old jail's end
+                self._close_behind(old, stepped)  # the new episode's start does not wait for the old jail's end
             try:
-                episode, obs = await Episode.start(params.episode_id or uuid.uuid4().hex, task, self.store,
-                                                   self.config.sandbox, self.config.episode, self.cache,
-                                                   context=params.context, fork=fork, owner=identity.name,
-                                                   pool=self.pool)
+                episode, obs = await self._start_episode(stepped, params.episode_id or uuid.uuid4().hex, task,
+                                                         self.store, self.config.sandbox, self.config.episode,
+                                                         self.cache, context=params.context, fork=fork,
+                                                         owner=identity.name, pool=self.pool,
+                                                         refill_pool=not (rotating and ahead))
             except ImageUnavailable as exc:
                 raise ProtocolError(ErrorCode.IMAGE_UNAVAILABLE, f"could not start the sandbox: {exc}",
                                     error_source="env", image=exc.image, reason=exc.reason) from None
@@ -213,6 +226,7 @@ class EnvService:
                 source = "env" if isinstance(exc, WorkspaceError) else "infra"
                 raise ProtocolError(ErrorCode.SANDBOX_ERROR, f"could not start the sandbox: {exc}",
                                     error_source=source) from None
+            episode.stepped, episode.gradings = stepped, self.gradings
             if session.closed:  # the connection went away while the sandbox started
                 await episode.close()
                 raise ProtocolError(ErrorCode.SESSION_CLOSED, "session closed during reset")
@@ -221,13 +235,33 @@ class EnvService:
         self.metrics.resets.inc()
         return obs
 
-    def _close_behind(self, episode: Episode) -> None:
+    @staticmethod
+    async def _start_episode(stepped: asyncio.Event, *args: Any, **kwargs: Any) -> tuple[Episode, SWEObservation]:
+        """``Episode.start``; where it fails, ``stepped`` is set (no first step will come)."""
+        try:
+            return await Episode.start(*args, **kwargs)
+        except BaseException:
+            stepped.set()
+            raise
+
+    def _close_behind(self, episode: Episode, after: asyncio.Event) -> None:
         """Close a replaced episode: its trace at once (readable whole from now on), its sandbox in
-        the background (killing a jail takes longer than starting a warm one)."""
+        the background (killing a jail takes longer than starting a warm one), once the episode that
+        replaced it has taken its first step (``after``; at most ``CLOSE_BEHIND_WAIT_S`` later). A jail's
+        teardown beside the first command of a warm-claimed jail made that command cost 4x a later
+        one in a GRPO burst (bench/bench_training_resets.py); an agent's first action comes after its
+        first generation, long enough for the old jail to go."""
         episode.trace.close()
+        self._behind.add(after)
 
         async def close() -> None:
             try:
+                try:
+                    await asyncio.wait_for(after.wait(), CLOSE_BEHIND_WAIT_S)
+                except asyncio.TimeoutError:
+                    pass
+                finally:
+                    self._behind.discard(after)
                 await episode.close_sandbox()
             except Exception:  # noqa: BLE001 - closing must not fail anyone
                 log.exception("closing episode %s failed", episode.episode_id)
@@ -385,6 +419,8 @@ class EnvService:
     async def shutdown(self) -> None:
         for job in list(self._ahead.values()):
             job.cancel()
+        for event in list(self._behind):  # replaced episodes close now, not after a first step
+            event.set()
         await asyncio.gather(*(self.close_session(s) for s in list(self.sessions.values())),
                              *self._ahead.values(), *self._closing, return_exceptions=True)
         if self.pool is not None:

@@ -26,6 +26,18 @@ Guarantees:
   claim: the claim then starts cold, and a cold start that fails raises as ``open_sandbox`` does.
   The key's refills then pause (10 s, doubling up to 5 min) so a broken task does not start
   jails in a loop;
+* **a claim never waits behind a refill** (a pool never makes a reset slower than a cold start):
+  a claim that finds nothing warm starts cold at once, or takes a start of its key already
+  running, whichever ends first (the other one is kept warm). Background starts yield to claims:
+  they begin only when no cold claim is running and ``refill_delay_s`` after the last claim
+  (the first commands of the episodes just claimed run first), at most ``refill_parallel`` at a
+  time, and never hold anything a claim waits on;
+* **the share follows demand**: a key used by claims is kept at the most claims it saw within
+  ``BURST_WINDOW_S`` (a GRPO group's size: 8-16 at once; 1 for tasks reset in turn), at most
+  ``per_key``; :meth:`WarmPool.typical_burst` says that size across keys, for priming the next
+  task. A claim with ``refill=False`` does not refill its key (a server that primes the tasks
+  ahead of its queue refills only those: a key claimed once per round of many tasks would be
+  evicted before its next claim);
 * :meth:`WarmPool.close` kills every idle jail and waits for the starts in flight (those still
   running after ``close_grace_s`` are cancelled, which kills what they started): nothing is left.
 
@@ -40,6 +52,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -50,13 +63,16 @@ from .models import SandboxConfig, WorkspaceSpec
 _log = logging.getLogger(__name__)
 
 DEFAULT_PER_KEY = 8  # per_key when not given: min(size, this)
+DEFAULT_REFILL_DELAY_S = 0.25  # background starts wait this long after the last claim
+MAX_REFILL_DEFER_S = 2.0  # ... but no longer than this while claims keep coming (else a busy pool never fills)
+BURST_WINDOW_S = 2.0  # claims of one key this close together are one burst (a GRPO group)
 DEFAULT_MAX_IDLE_S = 600.0  # an idle jail older than this is replaced
 DEFAULT_CLOSE_GRACE_S = 10.0  # close() waits this long for starts in flight before cancelling them
 RETRY_AFTER_FAILURE_S = 10.0  # a key's refills pause this long after a failed background start ...
 MAX_RETRY_AFTER_FAILURE_S = 300.0  # ... doubling on each further failure, up to this
 SWEEP_PERIOD_S = 30.0  # the janitor's period (at most; max_idle_s / 4 when shorter)
 
-_COUNTERS = ("claims_warm", "claims_cold", "start_failures", "evicted", "expired", "discarded_dead")
+_COUNTERS = ("claims_warm", "claims_cold", "claims_raced", "start_failures", "evicted", "expired", "discarded_dead")
 
 
 def pool_key(spec: WorkspaceSpec, config: SandboxConfig) -> str:
@@ -81,8 +97,18 @@ class _Key:
     starting: int = 0
     tasks: set[asyncio.Task[None]] = field(default_factory=set)  # its starts in flight
     last_used: float = 0.0  # monotonic time of the last open or prime
+    kept_at: float = 0.0  # ... of the last prime or refilling claim (the janitor refills it for max_idle_s)
     retry_at: float = 0.0  # refills pause until then (after a failed background start)
     backoff: float = 0.0
+    running: int = 0  # of ``starting``, those past the gate (an open_sandbox call under way)
+    waiters: deque[asyncio.Future[Sandbox]] = field(default_factory=deque)  # cold claims that take a running start
+    claims: deque[float] = field(default_factory=deque)  # monotonic times of its claims in the last burst window
+
+    def burst(self, now: float) -> int:
+        """Its claims within ``BURST_WINDOW_S`` up to ``now``."""
+        while self.claims and now - self.claims[0] > BURST_WINDOW_S:
+            self.claims.popleft()
+        return len(self.claims)
 
     @property
     def label(self) -> str:  # for logs: never the environment (it may hold tokens)
@@ -96,22 +122,38 @@ class WarmPool:
     """Pre-started sandboxes, per (workspace, configuration) key.
 
     ``size``: at most this many jails idle or starting, over all keys (0: no pool, every open is
-    cold). ``per_key``: how many to keep warm for one key (default ``min(size, 8)``; :meth:`prime`
-    sets it per key). ``max_idle_s``: an idle jail older than this is killed and replaced.
+    cold). ``per_key``: the most one key keeps warm (default ``min(size, 8)``; what :meth:`prime`
+    starts when given no ``n``); a key claimed in bursts is kept at its burst's size, up to this.
+    ``max_idle_s``: an idle jail older than this is killed and replaced. ``refill_parallel``:
+    background starts at once (default: a quarter of the CPUs, at least 1). ``refill_delay_s``:
+    background starts wait this long after the last claim.
     """
 
     def __init__(self, size: int, per_key: int | None = None, *, max_idle_s: float = DEFAULT_MAX_IDLE_S,
-                 close_grace_s: float = DEFAULT_CLOSE_GRACE_S) -> None:
+                 close_grace_s: float = DEFAULT_CLOSE_GRACE_S, refill_parallel: int | None = None,
+                 refill_delay_s: float = DEFAULT_REFILL_DELAY_S) -> None:
         if size < 0:
             raise ValueError(f"size must be >= 0, not {size}")
         if per_key is not None and per_key < 0:
             raise ValueError(f"per_key must be >= 0, not {per_key}")
         if not max_idle_s > 0:
             raise ValueError(f"max_idle_s must be > 0, not {max_idle_s}")
+        if refill_parallel is not None and refill_parallel < 1:
+            raise ValueError(f"refill_parallel must be >= 1, not {refill_parallel}")
+        if refill_delay_s < 0:
+            raise ValueError(f"refill_delay_s must be >= 0, not {refill_delay_s}")
         self.size = size
         self.per_key = min(size, DEFAULT_PER_KEY if per_key is None else per_key)
         self.max_idle_s = float(max_idle_s)
         self.close_grace_s = float(close_grace_s)
+        self.refill_parallel = refill_parallel or max(1, (os.cpu_count() or 1) // 4)
+        self.refill_delay_s = float(refill_delay_s)
+        self._cold = 0  # cold claims running now: background starts wait for none
+        self._last_claim = 0.0
+        self._quiet: asyncio.Event | None = None  # set while no cold claim runs (made on the pool's loop)
+        self._gate: asyncio.Semaphore | None = None  # refill_parallel background starts at a time
+        self._typical = 0  # the largest burst of one key seen lately (typical_burst) ...
+        self._typical_at = 0.0  # ... as of this claim
         self._keys: dict[str, _Key] = {}
         self._starts: set[asyncio.Task[None]] = set()
         self._disposals: set[asyncio.Task[None]] = set()
@@ -121,33 +163,115 @@ class WarmPool:
         self._closed = False
 
     # -- the API ----------------------------------------------------------------------
-    async def open(self, spec: WorkspaceSpec, config: SandboxConfig | None = None) -> Sandbox:
-        """A session for ``spec``: a warm jail of its key if one is ready, else one started now (raising
-        as :func:`sandbox.open_sandbox` does). Either way the key is refilled in the background."""
+    async def open(self, spec: WorkspaceSpec, config: SandboxConfig | None = None, *, refill: bool = True) -> Sandbox:
+        """A session for ``spec``: a warm jail of its key if one is ready; else one started now, or a
+        start of its key already running if that ends first (raising as :func:`sandbox.open_sandbox`
+        does). With ``refill``, the key is then refilled in the background, behind the claims."""
         config = config or SandboxConfig()
         if self._closed or self.size == 0:
             self._counts["claims_cold"] += 1
             return await _open(spec, config)
         k = self._entry(spec, config, None)
+        now = k.last_used
+        self._last_claim = now
+        k.claims.append(now)
+        burst = k.burst(now)
+        k.target = max(k.target, min(burst, self.per_key, self.size))
+        self._typical = max(burst, self._typical if now - self._typical_at < 10 * BURST_WINDOW_S else 0)
+        self._typical_at = now
         box = self._take(k)  # no await between looking and taking: never handed out twice
-        self._refill(k, evict=True)
         if box is not None:
             self._counts["claims_warm"] += 1
+            if refill:
+                k.kept_at = now
+                self._refill(k, evict=True)
             return box
-        self._counts["claims_cold"] += 1
-        box = await _open(spec, config)
+        self._cold += 1
+        self._quiet.clear()
+        try:
+            box = await self._cold_or_running(k, spec, config)
+        finally:
+            self._cold -= 1
+            self._last_claim = time.monotonic()  # the delay counts from the hand-over: its first commands run first
+            if not self._cold:
+                self._quiet.set()
         if k.retry_at:  # the key starts again: its refills resume
             k.retry_at = k.backoff = 0.0
+        if refill:
+            k.kept_at = now
             self._refill(k, evict=True)
         return box
 
+    async def _cold_or_running(self, k: _Key, spec: WorkspaceSpec, config: SandboxConfig) -> Sandbox:
+        """A cold start, raced against the key's starts already running (whichever ends first serves the
+        claim; a cold start that loses is kept warm)."""
+        if not k.running:
+            self._counts["claims_cold"] += 1
+            return await _open(spec, config)
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[Sandbox] = loop.create_future()
+        k.waiters.append(waiter)
+        cold = loop.create_task(_open(spec, config))
+        try:
+            await asyncio.wait({cold, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            self._drop_waiter(k, waiter)
+            cold.cancel()  # open_sandbox leaves nothing behind when cancelled
+            raise
+        if waiter.done():
+            self._counts["claims_raced"] += 1
+            self._adopt(k, cold)
+            return waiter.result()
+        self._drop_waiter(k, waiter)
+        self._counts["claims_cold"] += 1
+        return cold.result()
+
+    def _drop_waiter(self, k: _Key, waiter: asyncio.Future[Sandbox]) -> None:
+        """A claim no longer waits: a jail already handed to it goes back to the idle ones."""
+        with contextlib.suppress(ValueError):
+            k.waiters.remove(waiter)
+        if waiter.done() and not waiter.cancelled():
+            self._place(k, waiter.result())
+        else:
+            waiter.cancel()
+
+    def _adopt(self, k: _Key, start: asyncio.Task[Sandbox]) -> None:
+        """A cold start that lost its race: its jail joins the key's idle ones (counted as starting till then)."""
+        k.starting += 1
+        counted = [True]
+
+        async def settle() -> None:
+            try:
+                box = await start
+            except Exception as exc:  # noqa: BLE001 - it served no one: logged only
+                _log.warning("warm pool: a cold start that lost its race failed for %s: %s", k.label, exc)
+                return
+            finally:
+                self._uncount(k, counted)
+            self._place(k, box)
+
+        self._track(k, asyncio.get_running_loop().create_task(settle()), counted)
+
+    def typical_burst(self) -> int:
+        """The most claims one key got within ``BURST_WINDOW_S`` lately (within ten windows of the last
+        claim), at least 1 and at most ``per_key``: how many to prime for the task that comes next."""
+        if time.monotonic() - self._typical_at > 10 * BURST_WINDOW_S:
+            self._typical = 0
+        return max(1, min(self._typical, self.per_key))
+
     def prime(self, spec: WorkspaceSpec, config: SandboxConfig | None = None, n: int | None = None) -> int:
-        """Keep ``n`` jails warm for this key from now on (default ``per_key``, at most ``size``) and
-        start what is missing in the background, evicting least recently used keys for room.
+        """Keep ``n`` jails warm for this key from now on (default: its target so far, ``per_key`` for a
+        new key; at most ``size``) and start what is missing in the background, evicting least
+        recently used keys for room.
         Does not wait; returns how many starts it scheduled. Call it from the pool's event loop."""
         if self._closed or self.size == 0:
             return 0
-        return self._refill(self._entry(spec, config or SandboxConfig(), n), evict=True)
+        config = config or SandboxConfig()
+        if n is None and pool_key(spec, config) not in self._keys:
+            n = self.per_key  # a key met first here; a known key keeps its target
+        k = self._entry(spec, config, n)
+        k.kept_at = k.last_used
+        return self._refill(k, evict=True)
 
     async def warm(self, spec: WorkspaceSpec, config: SandboxConfig | None = None, n: int | None = None) -> int:
         """:meth:`prime`, then wait for this key's starts in flight; returns how many of its jails are idle
@@ -208,11 +332,14 @@ class WarmPool:
             raise RuntimeError("a WarmPool serves the one event loop it was first used on")
         if self._janitor is None:
             self._janitor = loop.create_task(self._sweeper(), name="warm-pool-janitor")
+            self._quiet, self._gate = asyncio.Event(), asyncio.Semaphore(self.refill_parallel)
+            self._quiet.set()
         key = pool_key(spec, config)
         k = self._keys.get(key)
         if k is None:
             # copies: the key must start what it was made for, whatever the caller does to its models later
-            k = self._keys[key] = _Key(key, spec.model_copy(deep=True), config.model_copy(deep=True), self.per_key)
+            # (target 0: a key first met by a claim is kept at its bursts' size, one primed at what prime says)
+            k = self._keys[key] = _Key(key, spec.model_copy(deep=True), config.model_copy(deep=True), 0)
         if n is not None:
             k.target = max(0, min(n, self.size))
         k.last_used = time.monotonic()
@@ -255,13 +382,16 @@ class WarmPool:
         for _ in range(n):
             k.starting += 1
             counted = [True]  # whether k.starting still counts this start
-            task = asyncio.get_running_loop().create_task(self._start(k, counted))
-            k.tasks.add(task)
-            self._starts.add(task)
-            task.add_done_callback(k.tasks.discard)
-            task.add_done_callback(self._starts.discard)
-            task.add_done_callback(lambda _, k=k, counted=counted: self._uncount(k, counted))
+            self._track(k, asyncio.get_running_loop().create_task(self._start(k, counted)), counted)
         return n
+
+    def _track(self, k: _Key, task: asyncio.Task[None], counted: list[bool]) -> None:
+        """A start of ``k`` in flight: ``close()`` waits for it; it stops counting as starting when done."""
+        k.tasks.add(task)
+        self._starts.add(task)
+        task.add_done_callback(k.tasks.discard)
+        task.add_done_callback(self._starts.discard)
+        task.add_done_callback(lambda _, k=k, counted=counted: self._uncount(k, counted))
 
     @staticmethod
     def _uncount(k: _Key, counted: list[bool]) -> None:
@@ -282,7 +412,28 @@ class WarmPool:
                 break
         return freed
 
+    async def _turn(self) -> None:
+        """Wait until a background start may begin: no cold claim running and ``refill_delay_s`` since the
+        last claim (at most ``MAX_REFILL_DEFER_S`` of waiting for that), then a slot of the gate."""
+        assert self._quiet is not None and self._gate is not None
+        since = time.monotonic()
+        while True:
+            if time.monotonic() - since < MAX_REFILL_DEFER_S:
+                await self._quiet.wait()
+                left = self._last_claim + self.refill_delay_s - time.monotonic()
+                if left > 0:
+                    await asyncio.sleep(min(left, MAX_REFILL_DEFER_S))
+                    continue
+            await self._gate.acquire()  # (claims may have come while it waited here: looked at again)
+            if time.monotonic() - since >= MAX_REFILL_DEFER_S or (
+                    not self._cold and time.monotonic() >= self._last_claim + self.refill_delay_s):
+                return
+            self._gate.release()
+
     async def _start(self, k: _Key, counted: list[bool]) -> None:
+        assert self._gate is not None
+        await self._turn()
+        k.running += 1
         try:
             box = await _open(k.spec, k.config)
         except Exception as exc:  # noqa: BLE001 - counted and logged, never raised into a claim
@@ -293,12 +444,24 @@ class WarmPool:
             _log.warning("warm pool: a background start for %s failed (refills pause %.0f s): %s",
                          k.label, k.backoff, exc)
             return
+        finally:
+            k.running -= 1
+            self._gate.release()
         # (cancelled, by close(): open_sandbox left nothing behind; the done callback uncounts it)
-        self._uncount(k, counted)  # in the same step as the append below: never counted twice
+        self._uncount(k, counted)  # in the same step as the placing below: never counted twice
         k.backoff = 0.0
+        self._place(k, box)
+
+    def _place(self, k: _Key, box: Sandbox) -> None:
+        """A started jail: to a cold claim of its key waiting for it, else idle (killed if the pool closed)."""
         if self._closed or self._keys.get(k.key) is not k:
             self._dispose(box)  # a task of its own: close() awaits it, never cancels it half-way
             return
+        while k.waiters:
+            waiter = k.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(box)
+                return
         k.idle.append((box, time.monotonic()))
 
     def _dispose(self, box: Sandbox) -> None:
@@ -330,7 +493,7 @@ class WarmPool:
             kept = [(box, ready_at) for box, ready_at in k.idle if self._usable(box, ready_at, now)]
             k.idle.clear()
             k.idle.extend(kept)
-            if now - k.last_used <= self.max_idle_s:
+            if now - k.kept_at <= self.max_idle_s:
                 self._refill(k, evict=False)
             elif not k.idle and not k.starting:
                 del self._keys[k.key]

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import shutil
+import time
 import uuid
 
 import pytest
@@ -179,6 +180,126 @@ async def test_a_failed_background_start_is_counted_and_the_claim_starts_cold(ha
         stats = pool.stats()
         assert stats["claims_cold"] == 1 and stats["idle"] == stats["starting"] == 0, stats
         assert stats["start_failures"] == 1, "a failing key must not be refilled in a loop"
+
+
+class _StartLog:
+    """Every ``open_sandbox`` the pool makes, timed (the real call; ``slow`` adds a pause before the
+    calls whose number it names, as a busy machine's slow start would)."""
+
+    def __init__(self, monkeypatch, slow: dict[int, float] | None = None) -> None:
+        import sandbox.pool as pool_module
+
+        self.calls: list[dict] = []
+        real, slow = pool_module._open, slow or {}
+
+        async def timed(spec, config):
+            call = {"n": len(self.calls), "begin": time.monotonic(), "end": None,
+                    "background": not getattr(asyncio.current_task(), "_claim", False)}
+            self.calls.append(call)
+            await asyncio.sleep(slow.get(call["n"], 0.0))
+            try:
+                return await real(spec, config)
+            finally:
+                call["end"] = time.monotonic()
+
+        monkeypatch.setattr(pool_module, "_open", timed)
+
+
+async def _claim(pool: WarmPool, spec, config):
+    asyncio.current_task()._claim = True  # marks this task's calls for _StartLog
+    return await pool.open(spec, config)
+
+
+@BWRAP_ONLY
+async def test_a_claim_never_waits_behind_a_refill_and_refills_wait_for_claims(harness, monkeypatch):
+    """A claim that finds nothing warm starts cold at once while another key's jails are being
+    started; no background start begins while a cold claim runs, nor within refill_delay_s of the
+    last claim; background starts run refill_parallel at a time."""
+    import sandbox.pool as pool_module
+
+    monkeypatch.setattr(pool_module, "MAX_REFILL_DEFER_S", 120.0)  # a slow machine's starts defer no start here
+    starts = _StartLog(monkeypatch)
+    config = harness.config()
+    a, b = harness.spec(env={"POOL_KEY": "a"}), harness.spec(env={"POOL_KEY": "b"})
+    async with WarmPool(6, per_key=4, refill_parallel=1, refill_delay_s=0.3) as pool:
+        assert pool.prime(a, config) == 4  # four background starts, one at a time
+        await wait_for(lambda: len(starts.calls) >= 1, 10, "the first background start")
+        sbs = await asyncio.gather(*(asyncio.create_task(_claim(pool, b, config)) for _ in range(3)))
+        try:
+            claims = [c for c in starts.calls if not c["background"]]
+            assert len(claims) == 3, starts.calls
+            first_claim = min(c["begin"] for c in claims)
+            last_claim_end = max(c["end"] for c in claims)
+            background = [c for c in starts.calls if c["background"]]
+            # the claims began at once: no background start was waited for, whatever was running
+            assert all(c["begin"] - first_claim < 0.05 for c in claims), claims
+            # while they ran, no background start began
+            assert not [c for c in background if first_claim <= c["begin"] <= last_claim_end], starts.calls
+            await pool.warm(a, config)
+            await wait_for(lambda: pool.stats()["starting"] == 0, 30, "the refills")
+            background = [c for c in starts.calls if c["background"]]
+            later = [c for c in background if c["begin"] > last_claim_end]
+            assert later and min(c["begin"] for c in later) - last_claim_end >= 0.3 - 0.01, starts.calls
+            spans = sorted((c["begin"], c["end"]) for c in background)
+            assert all(spans[i][1] <= spans[i + 1][0] + 0.005 for i in range(len(spans) - 1)), spans  # one at a time
+            stats = pool.stats()
+            assert stats["claims_cold"] == 3 and stats["claims_warm"] == 0, stats
+            for sb in sbs:
+                assert (await sh(sb, "echo ok")).output.strip() == "ok"
+        finally:
+            await asyncio.gather(*(sb.close() for sb in sbs))
+
+
+@BWRAP_ONLY
+async def test_a_claim_takes_a_start_already_running_when_it_ends_first(harness, monkeypatch):
+    """Nothing idle, a background start of the key running: the claim races a cold start against it
+    and takes whichever ends first (here the running one: the cold start is slowed); the cold start
+    that lost is kept warm, not killed, and nothing is handed out twice."""
+    starts = _StartLog(monkeypatch, slow={1: 1.5})  # call 0: the background start; call 1: the claim's
+    spec, config = harness.spec(), harness.config()
+    async with WarmPool(2, per_key=1, refill_delay_s=0.0) as pool:
+        assert pool.prime(spec, config) == 1
+        await wait_for(lambda: pool._keys and next(iter(pool._keys.values())).running == 1, 10, "a running start")
+        sb = await _claim(pool, spec, config)
+        try:
+            assert pool.stats()["claims_raced"] == 1 and pool.stats()["claims_cold"] == 0, pool.stats()
+            assert starts.calls[0]["end"] is not None and starts.calls[1]["end"] is None  # served by the first
+            await wait_for(lambda: pool.stats()["idle"] == 1 and pool.stats()["starting"] == 0, 30,
+                           "the losing cold start to become idle")
+            other = idle_boxes(pool)[0]
+            assert other is not sb and other.id != sb.id and other.alive
+            assert (await sh(sb, "echo ok")).output.strip() == "ok"
+        finally:
+            await sb.close()
+
+
+@BWRAP_ONLY
+async def test_a_burst_larger_than_the_share_is_served_and_the_share_follows_it(harness, monkeypatch):
+    """A key first claimed once is kept at one jail; a burst of six at once (more than it holds) gets
+    six distinct working jails, and the key is then kept at six (up to per_key): the share follows
+    the group's size, and typical_burst says it for the task that comes next."""
+    import sandbox.pool as pool_module
+
+    monkeypatch.setattr(pool_module, "BURST_WINDOW_S", 0.5)  # claims 0.5 s apart are two bursts
+    spec, config = harness.spec(), harness.config()
+    async with WarmPool(8, per_key=8, refill_delay_s=0.05) as pool:
+        sb = await pool.open(spec, config)
+        await sb.close()
+        await wait_for(lambda: pool.stats()["idle"] == 1 and pool.stats()["starting"] == 0, 30, "one jail")
+        await asyncio.sleep(0.6)
+        assert pool.stats()["idle"] == 1, pool.stats()  # one claim: one jail kept, not per_key
+        assert pool.typical_burst() == 1
+        boxes = await asyncio.gather(*(pool.open(spec, config) for _ in range(6)))
+        try:
+            assert len({b.id for b in boxes}) == 6
+            outs = await asyncio.gather(*(sh(b, "echo ok") for b in boxes))
+            assert [o.output.strip() for o in outs] == ["ok"] * 6
+            stats = pool.stats()
+            assert stats["claims_warm"] == 1 and stats["claims_cold"] + stats["claims_raced"] == 1 + 5, stats
+            assert pool.typical_burst() == 6
+            await wait_for(lambda: pool.stats()["idle"] == 6 and pool.stats()["starting"] == 0, 60, "six jails")
+        finally:
+            await asyncio.gather(*(b.close() for b in boxes))
 
 
 # ---------------------------------------------------------------- leftovers
