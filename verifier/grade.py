@@ -27,6 +27,7 @@ import asyncio
 import posixpath
 import secrets
 import shlex
+import threading
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
@@ -407,6 +408,17 @@ async def _exists(sb: Sandbox, path: str) -> bool:
     return True
 
 
+_PLANNING = threading.Lock()  # CPython 3.11's ast module is not safe to use from two threads at once
+PLAN_TIMEOUT_S = 120.0
+
+
+def _plan_canaries(tests: list[str], sources: dict[str, str], prefer: list[str],
+                   support: dict[str, str]) -> CanaryPlan:
+    """``plan_canaries``, one at a time per process (offload.run's last resort is a thread)."""
+    with _PLANNING:
+        return plan_canaries(tests, sources, prefer=prefer, support=support)
+
+
 async def _prepare_pytest(sb: Sandbox, task: TaskInstance, config: SandboxConfig) -> _Graded:
     """The grader's pytest configuration (only where the pristine one loads code or redirects
     reports), the canaries planted in the test modules, before the history is rebuilt.
@@ -426,8 +438,14 @@ async def _prepare_pytest(sb: Sandbox, task: TaskInstance, config: SandboxConfig
     sources = _decoded({m: read[m] for m in modules})
     support = await _support(sb, modules, sources)
     prefer = [t for t in task.FAIL_TO_PASS if t not in absent]
-    # (on the loop: CPython 3.11's ast module is not safe to use from two threads at once)
-    plan = plan_canaries(tests, sources, prefer=prefer, support=support)
+
+    def too_slow() -> CanaryPlan:
+        raise harness.HarnessError(f"planting the canaries took over {PLAN_TIMEOUT_S:.0f} s")
+
+    # In a worker process (offload.py), not on the event loop: a plan takes up to a few hundred ms
+    # of Python (cachetools: 0.3 s), which a GRPO group's gradings at once took from every session.
+    plan = await offload.run(_plan_canaries, tests, sources, prefer, support, on_timeout=too_slow,
+                             timeout_s=PLAN_TIMEOUT_S)
     for path, text in plan.files.items():
         await sb.write_file(path, text.encode("utf-8"))
     python = (await _run(sb, "command -v python >/dev/null && echo python || echo python3", "find python")).strip()
