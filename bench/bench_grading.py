@@ -18,7 +18,9 @@ The total row is the median over tasks of the per-task p50s, and its overhead.
 
 Tasks: the demo task plus the cached small pack of real tasks (``tests/taskpack.py``,
 3 tasks), or every task of ``--tasks FILE`` (e.g. one built by ``task-factory build``).
-Target: the defences add at most 15% (overall overhead) to a grader with none. A pipe ping-pong round trip
+Targets: the defences add at most 15% to a grader with none (the default baseline), and the current
+grader takes at most 1.5x the first-round grader's time (``--before f216933``: the third round of
+defences, the script check included, against the first). A pipe ping-pong round trip
 measured before and after the run tells how busy the machine was.
 """
 
@@ -46,7 +48,9 @@ from verifier.diffs import filter_diff, touched_paths  # noqa: E402
 from verifier.junit import PASSING, outcomes_for, parse_junit  # noqa: E402
 from verifier.task import TaskInstance, load_tasks  # noqa: E402
 
-TARGET_OVERHEAD = 0.15  # the defences add at most 15% to the grading p50
+TARGET_OVERHEAD = 0.15  # the defences add at most 15% to the grading p50 (against legacy_grade)
+FIRST_ROUND = "f216933"  # the first-round grader: the current one takes at most TARGET_RATIO x its time
+TARGET_RATIO = 1.5
 TIMEOUT_S = 300
 
 
@@ -196,8 +200,12 @@ def main() -> int:
     print(f"{'total (median of task p50s)':{width}}  {tb:>9.3f}s  {ta:>9.3f}s  {overhead:>+8.1%}")
     print(f"machine: pipe ping-pong round trip {rtt_before:.1f} us before, {rtt_after:.1f} us after "
           "(a quiet 2-core VM here: ~7 us)")
-    verdict = "PASS" if overhead <= TARGET_OVERHEAD else "FAIL"
-    print(f"target: defences add at most {TARGET_OVERHEAD:.0%}: overhead {overhead:+.1%}  {verdict}")
+    if a.before and FIRST_ROUND.startswith(a.before[:7]):
+        verdict = "PASS" if ta <= TARGET_RATIO * tb else "FAIL"
+        print(f"target: at most {TARGET_RATIO}x the first-round grader: {ta / tb:.2f}x  {verdict}")
+    else:
+        verdict = "PASS" if overhead <= TARGET_OVERHEAD else "FAIL"
+        print(f"target: defences add at most {TARGET_OVERHEAD:.0%}: overhead {overhead:+.1%}  {verdict}")
     if mismatch:
         print("REWARD MISMATCH: a gold patch did not grade 1.0 (see the rows marked above)")
     return 0 if verdict == "PASS" and not mismatch else 1

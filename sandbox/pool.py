@@ -214,9 +214,9 @@ class WarmPool:
         cold = loop.create_task(_open(spec, config))
         try:
             await asyncio.wait({cold, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # the claim gave up: what either start gives is kept warm
             self._drop_waiter(k, waiter)
-            cold.cancel()  # open_sandbox leaves nothing behind when cancelled
+            self._adopt(k, cold)
             raise
         if waiter.done():
             self._counts["claims_raced"] += 1
