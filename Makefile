@@ -60,6 +60,7 @@ bench: setup
 	$(BIN)/python bench/bench_env_server.py
 	$(BIN)/python bench/bench_rollout.py
 	$(BIN)/python bench/bench_reset.py --resets 20 --rounds 2
+	$(BIN)/python bench/bench_cold_reset.py --resets 30
 	$(BIN)/python bench/bench_training_resets.py --rounds 2
 	$(BIN)/python bench/bench_grading_burst.py --group 16 --bursts 2
 	$(BIN)/python bench/bench_cpu_scoring.py

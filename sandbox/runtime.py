@@ -1583,10 +1583,14 @@ def main() -> None:
     def send(obj: dict) -> None:
         _write_all(out_fd, encode_reply(obj))
 
+    started = time.monotonic()  # (CLOCK_MONOTONIC: the host's clock too; its start's phases, docs/deploy.md)
     try:
         cfg = json.loads(stdin.readline())
+        read = time.monotonic()
         info = setup(cfg)
+        layered = time.monotonic()
         runtime = Runtime(cfg)
+        info["timing"] = {"main": started, "init_read": read, "layers": layered, "ready": time.monotonic()}
     except RuntimeFailure as e:
         send({"ok": False, "error": {"kind": e.kind, "message": e.message}})
         return

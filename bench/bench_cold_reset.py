@@ -1,0 +1,153 @@
+"""Where a cold reset's time goes, phase by phase, on bwrap (the real server's path, in process).
+
+Times ``--resets`` cold episode starts of the demo's tasks (``Episode.start`` with no pool, as a
+reset does), one after another, idle, and splits each by wrapping the functions it calls:
+
+* ``template``: the task's workspace template (``prepare_template``: cached per repository and
+  commit, so a lookup after the first);
+* ``tool view``: the blocked-tool view of /usr (cached);
+* ``cgroup``: the session's cgroup;
+* ``spawn``: bwrap's process started (``create_subprocess_exec``);
+* from the spawn to the runtime's first answer, split by the runtime's own clock readings
+  (``info["timing"]``): ``jail + python`` (bwrap's namespaces and mounts, the runtime's Python
+  start), ``init sent`` (waiting for the host's init message), ``layers`` (overlay, seccomp,
+  Landlock, limits: ``runtime.setup``), ``shell`` (the persistent bash started), ``reply`` (the
+  answer read by the host); ``handshake`` where the runtime gives no timing;
+* ``episode``: the rest of ``Episode.start`` (the reset record written to the trace, the first
+  observation).
+
+Prints p50 / p90 per phase (ms) and the total, against the 50 ms target of issue 36 (idle, p50).
+
+Usage: python bench/bench_cold_reset.py [--resets 30] [--tasks FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import pipe_round_trip_us  # noqa: E402
+
+import sandbox.bwrap as bwrap_module  # noqa: E402
+import sandbox.channel as channel_module  # noqa: E402
+from env_server.config import ServerConfig  # noqa: E402
+from env_server.episode import Episode, EpisodeConfig  # noqa: E402
+from env_server.traces import TraceStore  # noqa: E402
+from task_factory.demo_task import demo_tasks_file  # noqa: E402
+from verifier.task import load_tasks  # noqa: E402
+
+PHASES = ("template", "tool view", "cgroup", "spawn", "jail + python", "init sent", "layers", "shell", "reply",
+          "handshake", "episode", "total")
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))] * 1000 if xs else float("nan")
+
+
+class Timer:
+    """Wraps the phases' functions; ``laps`` collects one dict of seconds per reset."""
+
+    def __init__(self) -> None:
+        self.now: dict[str, float] = {}
+        wrap = self.wrap
+        bwrap_module.prepare_template = wrap("template", bwrap_module.prepare_template)
+        bwrap_module.tool_view = wrap("tool view", bwrap_module.tool_view)
+        bwrap_module.SessionCgroup.create = staticmethod(wrap("cgroup", bwrap_module.SessionCgroup.create))
+        spawn = asyncio.create_subprocess_exec
+
+        async def timed_spawn(*a, **k):
+            t = time.perf_counter()
+            try:
+                return await spawn(*a, **k)
+            finally:
+                self.now["spawn"] = self.now.get("spawn", 0.0) + time.perf_counter() - t
+                self.now["spawned"] = time.monotonic()
+        bwrap_module.asyncio.create_subprocess_exec = timed_spawn  # (the module's asyncio is the global one)
+        self._spawn = spawn
+        handshake = channel_module.RuntimeChannel.handshake
+
+        async def timed_handshake(this, *a, **k):
+            sent = time.monotonic()
+            info = await handshake(this, *a, **k)
+            done = time.monotonic()
+            timing = info.get("timing") or {}
+            if {"main", "init_read", "layers", "ready"} <= set(timing) and "spawned" in self.now:
+                self.now["jail + python"] = timing["main"] - self.now["spawned"]
+                self.now["init sent"] = max(0.0, timing["init_read"] - max(timing["main"], sent))
+                self.now["layers"] = timing["layers"] - timing["init_read"]
+                self.now["shell"] = timing["ready"] - timing["layers"]
+                self.now["reply"] = done - timing["ready"]
+            else:
+                self.now["handshake"] = done - sent
+            return info
+        channel_module.RuntimeChannel.handshake = timed_handshake
+
+    def wrap(self, phase: str, fn):
+        def timed(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                self.now[phase] = self.now.get(phase, 0.0) + time.perf_counter() - t
+        return timed
+
+    def restore(self) -> None:
+        asyncio.create_subprocess_exec = self._spawn
+
+
+async def run(tasks, n: int, data: Path) -> list[dict[str, float]]:
+    timer = Timer()
+    config = ServerConfig(tasks_path=None, data_dir=data)
+    store = TraceStore(data)
+    laps = []
+    try:
+        for i in range(n + len(tasks)):  # the first round over the tasks builds their templates: not counted
+            task = tasks[i % len(tasks)]
+            timer.now = {}
+            t = time.perf_counter()
+            episode, _ = await Episode.start(f"bench-{i}", task, store, config.sandbox, EpisodeConfig())
+            total = time.perf_counter() - t
+            await episode.close()
+            if i < len(tasks):
+                continue
+            lap = {k: v for k, v in timer.now.items() if k != "spawned"}
+            lap["total"] = total
+            lap["episode"] = total - sum(v for k, v in lap.items() if k != "total")
+            laps.append(lap)
+            await asyncio.sleep(0.2)
+    finally:
+        timer.restore()
+    return laps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    default_tasks = ROOT / ".cache/demo-tasks-v3/tasks.jsonl"
+    parser.add_argument("--tasks", type=Path, default=default_tasks if default_tasks.exists() else None)
+    parser.add_argument("--resets", type=int, default=30)
+    args = parser.parse_args()
+    tasks = load_tasks(args.tasks or demo_tasks_file())
+    with tempfile.TemporaryDirectory(prefix="bench-cold-reset-") as tmp:
+        laps = asyncio.run(run(tasks, args.resets, Path(tmp)))
+    print(f"\ncold episode start on bwrap, {len(tasks)} tasks in turn, {len(laps)} starts, one at a time "
+          f"(pipe round trip now: {pipe_round_trip_us():.1f} us)")
+    print(f"{'phase':12}{'p50 (ms)':>10}{'p90 (ms)':>10}{'share':>8}")
+    total = statistics.median(lap["total"] for lap in laps)
+    for phase in PHASES:
+        xs = [lap.get(phase, 0.0) for lap in laps]
+        print(f"{phase:12}{pct(xs, 0.5):>10.1f}{pct(xs, 0.9):>10.1f}{statistics.median(xs) / total:>8.0%}")
+    p50 = pct([lap["total"] for lap in laps], 0.5)
+    print(f"target: cold start p50 at most 50 ms idle: {p50:.1f} ms  {'met' if p50 <= 50 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()
