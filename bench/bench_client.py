@@ -45,6 +45,7 @@ except ImportError:  # the env extra brings uvloop; both sides of the comparison
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import ms_pct as pct  # noqa: E402
 from machine import pipe_round_trip_us  # noqa: E402
 
 from env_client import ClientConfig, ReplicaPool  # noqa: E402
@@ -57,11 +58,6 @@ INSTANCE = "six__demo-1"
 
 def _mux(url: str) -> str:
     return url.replace("http", "ws") + "/mux"
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(p * len(xs)))] * 1000 if xs else float("nan")
 
 
 def start_server(tasks: Path, data: Path, max_sessions: int) -> LocalEnvServer:

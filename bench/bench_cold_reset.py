@@ -34,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import ms_pct as pct  # noqa: E402
 from machine import pipe_round_trip_us  # noqa: E402
 
 import sandbox.bwrap as bwrap_module  # noqa: E402
@@ -46,11 +47,6 @@ from verifier.task import load_tasks  # noqa: E402
 
 PHASES = ("template", "tool view", "cgroup", "spawn", "jail + python", "init sent", "layers", "shell", "reply",
           "handshake", "episode", "total")
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(p * len(xs)))] * 1000 if xs else float("nan")
 
 
 class Timer:

@@ -43,17 +43,13 @@ except ImportError:  # the env extra brings uvloop; without it the client is hea
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import ms_pct as pct  # noqa: E402
 from machine import pipe_round_trip_us  # noqa: E402
 
 from env_client.local_server import LocalEnvServer, start_env_server  # noqa: E402
 from task_factory.demo_task import demo_tasks_file  # noqa: E402
 
 TRUE = {"type": "call_tool", "tool_name": "bash", "arguments": {"command": "true"}}
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(p * len(xs)))] * 1000 if xs else float("nan")
 
 
 def start_server(tasks: Path, data: Path, max_sessions: int, trace_diffs: str,

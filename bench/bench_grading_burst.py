@@ -32,16 +32,12 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import ms_pct as pct  # noqa: E402
 from machine import pipe_round_trip_us  # noqa: E402
 
 from env_client import WsSession  # noqa: E402
 from env_client.local_server import start_env_server  # noqa: E402
 from verifier.task import load_tasks  # noqa: E402
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(p * len(xs)))] * 1000 if xs else float("nan")
 
 
 async def prepared(url: str, task, gold: bool) -> WsSession:

@@ -34,6 +34,7 @@ import websockets
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import ms_pct as pct  # noqa: E402
 from machine import pipe_round_trip_us  # noqa: E402
 
 from env_client.local_server import start_env_server  # noqa: E402
@@ -46,11 +47,6 @@ COLUMNS = {
     "image-warm": ("image", ["--warm-pool", "32", "--set", "warm_per_task=32"]),
     "image-no-pull": ("image", ["--set", "sandbox.images.pull=false"]),
 }
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(p * len(xs)))] * 1000 if xs else float("nan")
 
 
 def image_task_file(out: Path) -> Path:

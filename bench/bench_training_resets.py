@@ -40,17 +40,13 @@ import websockets
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import ms_pct as pct  # noqa: E402
 from machine import pipe_round_trip_us  # noqa: E402
 
 from env_client.local_server import start_env_server  # noqa: E402
 from task_factory.demo_task import demo_tasks_file  # noqa: E402
 
 STEP = {"type": "step", "data": {"type": "call_tool", "tool_name": "bash", "arguments": {"command": "true"}}}
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(p * len(xs)))] * 1000 if xs else float("nan")
 
 
 async def _reset_and_step(ws) -> tuple[float, float, float]:

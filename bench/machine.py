@@ -1,11 +1,18 @@
-"""The machine reference every benchmark prints beside its figures (shared VMs vary over minutes)."""
+"""The machine reference every benchmark prints beside its figures (shared VMs vary over minutes),
+and the percentile the latency benchmarks report."""
 
 from __future__ import annotations
 
 import os
 import time
 
-__all__ = ["pipe_round_trip_us"]
+__all__ = ["ms_pct", "pipe_round_trip_us"]
+
+
+def ms_pct(xs: list[float], p: float) -> float:
+    """The ``p`` quantile (0..1, nearest rank) of ``xs`` seconds, in milliseconds; NaN for none."""
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))] * 1000 if xs else float("nan")
 
 
 def pipe_round_trip_us(n: int = 5000) -> float:
