@@ -769,22 +769,51 @@ def _eq_sides(stmt: ast.stmt) -> list[ast.expr] | None:
     return None
 
 
-def _with_word(stmt: ast.stmt, rng: secrets.SystemRandom) -> ast.stmt:
-    """A copy of an ``==`` assertion with no literal: its expected side (the side that is not the last
-    call) replaced by a fresh word (``WORD_SPACE`` values), a variant an object equal to everything
-    passes. Honest code fails it: by the assertion, or by an error where its ``__eq__`` parses words."""
+def _words(rng: secrets.SystemRandom, n: int) -> list[str]:
+    """``n`` distinct fresh words (5 to 9 letters, consonant and vowel in turn)."""
+    out: dict[str, None] = {}
+    while len(out) < n:
+        out["".join(rng.choice(_CONSONANTS if j % 2 == 0 else _VOWELS) for j in range(rng.randrange(5, 10)))] = None
+    return list(out)
+
+
+def _truth_subject(stmt: ast.stmt) -> ast.expr | None:
+    """What a truthiness assertion tests (``assert X``, ``assert not X``, ``self.assertTrue(X)``,
+    ``self.assertFalse(X)``), else None."""
+    if isinstance(stmt, ast.Assert) and not isinstance(stmt.test, ast.Compare):
+        test = stmt.test
+        return test.operand if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) else test
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Attribute) \
+            and isinstance(stmt.value.func.value, ast.Name) and stmt.value.func.value.id == "self" \
+            and stmt.value.func.attr in ("assertTrue", "assertFalse") and stmt.value.args:
+        return stmt.value.args[0]
+    return None
+
+
+def _with_word(stmt: ast.stmt, word: str) -> ast.stmt | None:
+    """A variant asserting that what ``stmt`` checks equals ``word`` (a fresh word, ``WORD_SPACE``
+    values): at an ``==`` assertion with no literal, its expected side (the side that is not the last
+    call) replaced by the word; at a truthiness assertion, its subject compared with the word
+    (``assert X == 'w'``, ``self.assertEqual(X, 'w')``). An object equal to everything passes it;
+    honest code fails it (by the assertion, or by an error where its ``__eq__`` parses words).
+    None for other assertions."""
     new = ast.parse(ast.unparse(stmt)).body[0]
     sides = _eq_sides(new)
-    assert sides is not None
-    calls = [i for i, side in enumerate(sides) if isinstance(side, ast.Call)]
-    computed = calls[-1] if calls else 0
-    word = ast.Constant("".join(rng.choice(_CONSONANTS if j % 2 == 0 else _VOWELS)
-                                for j in range(rng.randrange(5, 10))))
+    if sides is not None:
+        calls = [i for i, side in enumerate(sides) if isinstance(side, ast.Call)]
+        computed = calls[-1] if calls else 0
+        if isinstance(new, ast.Assert):
+            _put(new.test, "left" if computed == 1 else "comparators", 0, ast.Constant(word))
+        else:
+            new.value.args[1 - computed] = ast.Constant(word)  # type: ignore[attr-defined]
+        return new
+    subject = _truth_subject(new)
+    if subject is None:
+        return None
     if isinstance(new, ast.Assert):
-        _put(new.test, "left" if computed == 1 else "comparators", 0, word)
-    else:
-        new.value.args[1 - computed] = word  # type: ignore[attr-defined]
-    return new
+        return ast.Assert(test=ast.Compare(left=subject, ops=[ast.Eq()], comparators=[ast.Constant(word)]), msg=None)
+    func = ast.Attribute(value=ast.Name(id="self", ctx=ast.Load()), attr="assertEqual", ctx=ast.Load())
+    return ast.Expr(ast.Call(func=func, args=[subject, ast.Constant(word)], keywords=[]))
 
 
 def _copy(fn: ast.FunctionDef, index: int | None = None, stmt: ast.stmt | None = None) -> ast.FunctionDef:
@@ -866,14 +895,20 @@ def _group(fn: ast.FunctionDef, want: int, rng: secrets.SystemRandom, helpers: s
         most = min(want - 1, shape.space, MAX_VARIANTS, max(1, MAX_GROUP_BYTES // len(ast.unparse(fn)) - 2))
         for value in shape.fresh(rng, most, avoid):
             members.append((_copy(fn, i, _with_value(fn.body[i], path, value)), "variant", shape.space))
-    else:  # a negation: one variant (two would be identical twins of each other), at an ``==`` if any
+    else:  # no literal: a negation, and at an ``==`` or a truthiness assertion variants equal to fresh words
         eq = [j for j in spots if _eq_sides(fn.body[j]) is not None]
-        i = rng.choice(eq or spots)
+        truthy = [j for j in spots if _truth_subject(fn.body[j]) is not None]
+        i = rng.choice(eq or truthy or spots)
         stmt = _perturb(fn.body[i])
         if stmt is not None:
             members.append((_copy(fn, i, stmt), "variant", 0))
-            if eq:
-                members.append((_copy(fn, i, _with_word(fn.body[i], rng)), "variant", WORD_SPACE))
+            # as many as bring the group to ``want`` members, like a literal's (one at least)
+            most = max(1, min(want - 2, MAX_VARIANTS - 1, MAX_GROUP_BYTES // len(ast.unparse(fn)) - 3))
+            for word in _words(rng, most):
+                variant = _with_word(fn.body[i], word)
+                if variant is None:
+                    break
+                members.append((_copy(fn, i, variant), "variant", WORD_SPACE))
     if not any(kind == "variant" for _, kind, _ in members):
         return None
     return _Group(_copy(fn), members)

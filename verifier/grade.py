@@ -49,7 +49,7 @@ from .runner_config import runner_config
 from .task import TaskInstance
 from .verdict import TESTS_FAILED, RunFacts, tamper_reasons
 
-GRADER_VERSION = "8"  # part of the cache key: a changed grader re-grades
+GRADER_VERSION = "9"  # part of the cache key: a changed grader re-grades
 GradeMode = Literal["resolved", "pass_rate"]
 LOG_TAIL_CHARS = 4000
 

@@ -24,10 +24,11 @@ from verifier.canary import TARGET_BOUND, CanaryPlan, function_id, plan_canaries
 from verifier.grade import MAX_SUPPORT_FILES
 from verifier.task import TaskInstance, load_tasks
 
-# Tasks whose tests cannot reach TARGET_BOUND for a blind guess, with their bound (docs/grading.md):
-# idna's IDNATests assert with assertTrue/assertFalse (no literal to vary: one negation per group),
-# and of the required tests six can be grouped (the others keep their names or loop): 1/2**6.
-SHORT_OF_TARGET: dict[str, float] = {"idna__3.10-e79bbb11": 1 / 2 ** 6}
+# Tasks whose tests cannot reach TARGET_BOUND for a blind guess, with their bound (docs/grading.md).
+# None since a group with no literal gets word variants (``assert X == 'kopeva'``) at an ``==`` or a
+# truthiness assertion, as many as a literal's: idna's IDNATests (assertTrue/assertFalse only) were
+# at 1/2**6, and reach the target now.
+SHORT_OF_TARGET: dict[str, float] = {}
 
 
 def _git(repo: Path, *args: str, stdin: str | None = None) -> str:
