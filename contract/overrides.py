@@ -57,3 +57,38 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ValueError(f"config {path} must be a mapping of settings, not a {type(raw).__name__}")
     return raw
+
+
+def setting_keys(model: Any, prefix: str = "") -> list[str]:
+    """Every dotted key of a pydantic config model: its fields and, through nested models, theirs."""
+    out: list[str] = []
+    for name, info in getattr(model, "model_fields", {}).items():
+        key = prefix + name
+        out.append(key)
+        annotation = info.annotation
+        if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
+            out += setting_keys(annotation, key + ".")
+    return out
+
+
+def nearest_key(key: str, valid: list[str]) -> str | None:
+    """The valid key a mistyped ``key`` most likely meant: one ending in the same name (``max_steps``
+    for ``episode.max_steps``), else the closest spelling; None when nothing is close."""
+    import difflib
+
+    leaf = key.rsplit(".", 1)[-1]
+    same_leaf = [k for k in valid if k.rsplit(".", 1)[-1] == leaf and k != key]
+    if same_leaf:
+        return min(same_leaf, key=len)
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    if close:
+        return close[0]
+    leaves = {k.rsplit(".", 1)[-1]: k for k in valid}
+    close = difflib.get_close_matches(leaf, list(leaves), n=1, cutoff=0.75)
+    return leaves[close[0]] if close else None
+
+
+def unknown_key_message(key: str, valid: list[str]) -> str:
+    """``key: not a setting (did you mean X?)`` for a key the config does not have."""
+    near = nearest_key(key, valid)
+    return f"{key}: not a setting" + (f" (did you mean {near}?)" if near else "")

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Depends, FastAPI, Request, WebSocket
@@ -17,7 +19,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import TypeAdapter
 
 from contract import MUX_SUBPROTOCOL, PROTOCOL_VERSION, Action, EpisodeState, ErrorCode, StateRecord, SWEObservation
-from verifier.task import TaskInstance, check_backend, load_tasks
+from verifier.task import TaskFileError, TaskInstance, check_backend, load_tasks
 
 from .auth import Authenticator, Identity, redact_server_logs
 from .config import ServerConfig
@@ -50,10 +52,42 @@ def uvicorn_config(app: FastAPI, config: ServerConfig, host: str, port: int, log
     return settings
 
 
+def check_repositories(tasks: list[TaskInstance]) -> None:
+    """Raise TaskFileError, before the server says it is ready, when a task's repository cannot serve
+    resets under this process's uid: unreadable, or owned by another uid (git refuses a repository
+    another user owns: "dubious ownership", whose own advice does not apply in the container). The
+    message names the path, the owner and the fix (docs/deploy.md, Tasks)."""
+    uid = os.geteuid()
+    seen: set[Path] = set()
+    for task in tasks:
+        repo = task.repo_path
+        if repo is None or repo in seen:
+            continue
+        seen.add(repo)
+        for path in (repo, repo / ".git"):
+            try:
+                owner = path.stat().st_uid
+            except FileNotFoundError:
+                continue  # (.git of a bare layout, or none: the template step says what is missing)
+            except OSError as exc:
+                raise TaskFileError(f"task {task.instance_id}: cannot read its repository {path}: {exc.strerror} "
+                                    f"(this server runs as uid {uid})") from None
+            if not os.access(path, os.R_OK | os.X_OK):
+                raise TaskFileError(f"task {task.instance_id}: its repository {path} is not readable by this "
+                                    f"server's uid {uid} (owner uid {owner}): chown -R {uid}:{uid} on the pack, or "
+                                    f"run the server as uid {owner} (compose: SWE_ENV_UID={owner})")
+            if owner != uid:
+                raise TaskFileError(f"task {task.instance_id}: its repository {path} belongs to uid {owner}, not to this "
+                                    f"server's uid {uid}, and git refuses a repository another user owns: chown -R "
+                                    f"{uid}:{uid} on the pack, or run the server as uid {owner} (compose: "
+                                    f"SWE_ENV_UID={owner})")
+
+
 def create_app(config: ServerConfig, tasks: list[TaskInstance] | None = None) -> FastAPI:
     """Build the app; ``tasks`` defaults to loading ``config.tasks_path``."""
     tasks = tasks if tasks is not None else load_tasks(config.tasks_path)
     check_backend(tasks, config.sandbox.backend)
+    check_repositories(tasks)
     service = EnvService(config, tasks)
     auth = Authenticator.from_config(config)
 

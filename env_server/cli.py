@@ -65,9 +65,16 @@ def _settings_error(exc: ValueError, validation_error: type) -> str:
     """What is wrong with the settings, without the values given (pydantic prints them by default)."""
     if not isinstance(exc, validation_error):
         return str(exc)
+    from contract.overrides import setting_keys, unknown_key_message
+
+    from .config import ServerConfig
+
     parts = []
     for err in exc.errors(include_url=False, include_input=False):  # type: ignore[attr-defined]
         loc = ".".join(map(str, err["loc"]))
+        if err["type"] == "extra_forbidden":  # a mistyped key: name the one it most likely meant
+            parts.append(unknown_key_message(loc, setting_keys(ServerConfig)))
+            continue
         msg = err["msg"].removeprefix("Value error, ")
         parts.append(f"{loc}: {msg}" if loc else msg)
     return "; ".join(parts)

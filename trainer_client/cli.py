@@ -244,8 +244,11 @@ def _dry_run(cfg: RunConfig, args: argparse.Namespace) -> int:
         grpo, how = build_grpo_config(cfg), ""
     except ValueError as exc:  # bf16 / GPU fields on a machine without CUDA: validate the rest
         if "gpu" not in str(exc).lower():
-            raise
-        grpo, how = build_grpo_config(cfg, bf16=False, use_cpu=True), " (checked with bf16=False, use_cpu=True: no GPU here)"
+            raise RunSetupError(str(exc)) from None
+        try:
+            grpo, how = build_grpo_config(cfg, bf16=False, use_cpu=True), " (checked with bf16=False, use_cpu=True: no GPU here)"
+        except ValueError as again:
+            raise RunSetupError(str(again)) from None
     print(f"GRPOConfig ok{how}: output_dir={grpo.output_dir} max_steps={grpo.max_steps} use_vllm={grpo.use_vllm}")
     if cfg.peft is not None:
         print(f"peft_config ok: {type(build_peft_config(cfg)).__name__} r={cfg.peft.r} targets={cfg.peft.target_modules}")

@@ -175,15 +175,31 @@ class RunConfig(_Section):
         if self.data.instance_ids:
             return list(self.data.instance_ids)
         if not self.data.tasks:
-            raise ValueError("data.tasks or data.instance_ids is required")
+            raise ValueError("no tasks: pass --tasks FILE (or set data.tasks, or data.instance_ids)")
         return [str(r["instance_id"]) for r in self.task_rows()]
+
+
+def _grpo_keys() -> list[str]:
+    """``grpo.<field>`` for every field of TRL's GRPOConfig (the ``grpo`` section is passed to it)."""
+    import dataclasses
+
+    try:
+        from trl import GRPOConfig
+    except ImportError:  # the client-only install: no trainer, no keys to suggest
+        return []
+    return [f"grpo.{f.name}" for f in dataclasses.fields(GRPOConfig)]
 
 
 def config_error(exc: ValidationError) -> str:
     """A config's validation errors on one line: `invalid config: env.x: why; ...`."""
+    from contract.overrides import setting_keys, unknown_key_message
+
     parts = []
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"]) or "(config)"
+        if err["type"] == "extra_forbidden":  # a mistyped key: name the one it most likely meant
+            parts.append(unknown_key_message(where, setting_keys(RunConfig) + _grpo_keys()))
+            continue
         parts.append(f"{where}: {' '.join(err['msg'].removeprefix('Value error, ').split())}")
     return "invalid config: " + "; ".join(parts)
 
@@ -226,13 +242,27 @@ def load_tokenizer(cfg: RunConfig):
 
 
 def build_grpo_config(cfg: RunConfig, **extra: Any):
-    """The GRPOConfig for this run (TRL validates the combination of fields)."""
+    """The GRPOConfig for this run (TRL validates the combination of fields). A key TRL's GRPOConfig
+    does not have is a ValueError naming the one it most likely meant (``grpo.max_step``: did you mean
+    ``grpo.max_steps``?); TRL's own refusals are ValueErrors with TRL's message."""
+    import dataclasses
+
     from trl import GRPOConfig
 
+    from contract.overrides import unknown_key_message
+
+    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    unknown = [k for k in cfg.grpo if k not in fields]
+    if unknown:
+        raise ValueError("invalid config: " + "; ".join(unknown_key_message(f"grpo.{k}", _grpo_keys())
+                                                      for k in unknown))
     kwargs = {"output_dir": "runs/trainer-client", "report_to": [], "logging_steps": 1}
     kwargs.update(cfg.grpo)
     kwargs.update(extra)
-    return GRPOConfig(**kwargs)
+    try:
+        return GRPOConfig(**kwargs)
+    except (TypeError, ValueError) as exc:  # TRL refuses a combination (or a value's type): its words, one line
+        raise ValueError(f"invalid grpo settings: {' '.join(str(exc).split())}") from None
 
 
 def build_peft_config(cfg: RunConfig) -> Any:

@@ -49,6 +49,8 @@ def resolve_config(config: str | Path, overrides: Sequence[str] = (), *, env_url
         cfg = load_config(config, overrides)
     except ValidationError as exc:  # one line naming the key, not pydantic's multi-line report
         raise RunSetupError(config_error(exc)) from None
+    except ValueError as exc:  # the config file cannot be read, an override is malformed
+        raise RunSetupError(str(exc)) from None
     token = resolve_token(env_token)
     if token:
         cfg.env.client = cfg.env.client.model_copy(update={"token": SecretStr(token)})
@@ -116,14 +118,18 @@ def train(cfg: RunConfig, resume: bool = False):
 
     if not cfg.env.urls:
         raise RunSetupError("no env server: pass --env-url or set env.urls")
-    grpo = build_grpo_config(cfg)
+    try:
+        grpo = build_grpo_config(cfg)
+        instance_ids = cfg.instance_ids()
+    except (ValueError, OSError) as exc:  # a grpo key TRL does not have, no tasks, an unreadable task file
+        raise RunSetupError(str(exc)) from None
     if grpo.use_cpu:
         allow_cpu_fsdp()  # an FSDP accelerate config on CPU ranks shards instead of falling back to DDP
     loss_config = build_loss_config(cfg)
     if cfg.replay.enabled and loss_config.beta <= 0:
         raise RunSetupError("replay.enabled needs loss.beta > 0 (channel 3 is what the pairs feed)")
     rows = [{"prompt": [{"role": "user", "content": cfg.data.prompt}], "instance_id": iid}
-            for iid in cfg.instance_ids()] * cfg.data.repeat
+            for iid in instance_ids] * cfg.data.repeat
     env_cls = make_environment_class(cfg.env.urls, cfg.env.client, reset_keys=cfg.env.reset_keys,
                                      auto_submit=cfg.env.auto_submit, max_output_chars=cfg.env.max_output_chars,
                                      offset=grpo.process_index,  # ranks start their sessions on different replicas

@@ -51,7 +51,14 @@ def test_tokens_never_printed(capsys, monkeypatch):
 
 def test_bad_settings_are_named(tmp_path, capsys):
     assert main(["serve", "--print-config", "--set", "episode.max_stepz=3"]) == 2
-    assert "episode.max_stepz" in capsys.readouterr().err
+    assert capsys.readouterr().err == "env-server: episode.max_stepz: not a setting (did you mean episode.max_steps?)\n"
+    # a key set at the wrong level, or misspelt deep down: one line naming the key it most likely meant
+    assert main(["serve", "--print-config", "--set", "max_steps=2"]) == 2
+    assert capsys.readouterr().err == "env-server: max_steps: not a setting (did you mean episode.max_steps?)\n"
+    assert main(["serve", "--print-config", "--set", "sandbox.limits.memroy_mb=2"]) == 2
+    assert "(did you mean sandbox.limits.memory_mb?)" in capsys.readouterr().err
+    assert main(["serve", "--print-config", "--set", "qqqq=1"]) == 2
+    assert capsys.readouterr().err == "env-server: qqqq: not a setting\n"  # nothing close: no guess
     assert main(["serve", "--print-config", "--set", "nokey"]) == 2
     assert "is not key=value" in capsys.readouterr().err
     assert main(["serve", "--print-config", "--set", "sandbox.backend=vm"]) == 2
@@ -72,3 +79,36 @@ def test_serving_needs_a_task_file(capsys):
 def test_env_server_tasks_names_the_command_that_replaced_it(capsys):
     assert main(["tasks", "validate", "t.jsonl"]) == 2
     assert "task-factory validate t.jsonl" in capsys.readouterr().err
+
+
+def test_a_pack_the_server_cannot_use_is_refused_before_it_is_ready(tmp_path, capsys, demo_task):
+    """A task repository another uid owns (git would refuse it at every reset) or this uid cannot read
+    stops `serve` before the ready line: one line naming the path, the owner and the fix."""
+    import json
+    import os
+    import shutil
+
+    repo = tmp_path / "pack" / "six"
+    shutil.copytree(demo_task.repo_path, repo, symlinks=True)
+    row = json.loads(demo_task.model_dump_json())
+    row["repo_path"] = str(repo)
+    tasks = tmp_path / "pack" / "tasks.jsonl"
+    tasks.write_text(json.dumps(row) + "\n")
+    argv = ["serve", "--tasks", str(tasks), "--data-dir", str(tmp_path / "data"), "--port", "9"]
+    uid = os.geteuid()
+    if uid == 0:  # root reads everything: the pack of another user is the case
+        for root, dirs, files in os.walk(repo):
+            for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
+                os.lchown(name, 4321, 4321)
+        want = (f"belongs to uid 4321, not to this server's uid 0, and git refuses a repository another user owns: "
+                f"chown -R 0:0 on the pack, or run the server as uid 4321 (compose: SWE_ENV_UID=4321)")
+    else:
+        repo.chmod(0)
+        want = f"is not readable by this server's uid {uid}"
+    try:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and str(repo) in err and want in err, err
+        assert "ready" not in err
+    finally:
+        repo.chmod(0o755)

@@ -41,8 +41,11 @@ def test_unknown_keys_are_rejected(tmp_path):
     with pytest.raises(ValidationError):
         load_config(CONFIGS / "cpu_smoke.yaml", ["env.nope=1"])
     bad = load_config(CONFIGS / "cpu_smoke.yaml", ["grpo.not_a_field=1"])
-    with pytest.raises(TypeError):
-        build_grpo_config(bad)
+    with pytest.raises(ValueError, match=r"^invalid config: grpo\.not_a_field: not a setting"):
+        build_grpo_config(bad)  # named before TRL sees it (TRL's own TypeError was a traceback)
+    typo = load_config(CONFIGS / "cpu_smoke.yaml", ["grpo.max_stepss=1"])
+    with pytest.raises(ValueError, match=r"grpo\.max_stepss: not a setting \(did you mean grpo\.max_steps\?\)"):
+        build_grpo_config(typo)
 
 
 def test_help_lists_train_and_replay(capsys):

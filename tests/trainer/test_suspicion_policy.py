@@ -193,3 +193,25 @@ def test_a_wrong_key_is_one_line_naming_the_valid_keys(capsys):
     assert err.startswith("trainer-client train: error: invalid config: env.suspicion_policy: unknown key(s) "
                           "'proces_exit'; valid keys: ")
     assert err.strip().endswith(", ".join(SUSPICION_POLICY_KEYS))
+
+
+def test_a_mistyped_or_misplaced_key_is_one_line_naming_the_nearest_valid_one(capsys, tmp_path):
+    """Every setup failure of `train` is one line with its fix: a key of the wrong section, a grpo key TRL's
+    GRPOConfig does not have, a config file that is not there, no tasks."""
+    smoke = str(CONFIGS / "cpu_smoke.yaml")
+    cases = [
+        (["--config", smoke, "--set", "data.instance_ids=[t]", "--set", "max_steps=3"],
+         "invalid config: max_steps: not a setting (did you mean grpo.max_steps?)"),
+        (["--config", smoke, "--set", "data.instance_ids=[t]", "--set", "grpo.learning_rat=1e-5"],
+         "invalid config: grpo.learning_rat: not a setting (did you mean grpo.learning_rate?)"),
+        (["--config", smoke, "--set", "data.instance_ids=[t]", "--set", "env.auto_sumbit=false"],
+         "invalid config: env.auto_sumbit: not a setting (did you mean env.auto_submit?)"),
+        (["--config", str(tmp_path / "missing.yaml")], "cannot read config"),
+        (["--config", smoke], "no tasks: pass --tasks FILE (or set data.tasks, or data.instance_ids)"),
+    ]
+    for argv, want in cases:
+        code = main(["train", *argv, "--env-url", "http://127.0.0.1:9"])
+        err = capsys.readouterr().err
+        assert code == 1, (argv, err)
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        assert err.startswith("trainer-client train: error: ") and want in err, (argv, err)
