@@ -130,30 +130,75 @@ def run_evaluate(args: argparse.Namespace, serve: ServeCheckpoint | None = None)
     if args.api_key_env and not os.environ.get(args.api_key_env):  # before any request: none could succeed
         raise EvaluationError(f"--api-key-env {args.api_key_env}: the variable ${args.api_key_env} is not set "
                               "(or empty) in this environment")
+    if not args.model.startswith(("http://", "https://")) and not args.fresh:
+        done = _nothing_left(args)  # before a checkpoint is served (tens of seconds)
+        if done is not None:
+            return _finish(args, done)
+    with _endpoint(args, serve) as (base_url, name):
+        config, endpoint_config = _configs(args, base_url, name)
+        summary = asyncio.run(_evaluate(config, endpoint_config))
+    return _finish(args, summary)
+
+
+def _configs(args: argparse.Namespace, base_url: str, name: str) -> tuple[EvalConfig, EndpointConfig]:
+    """The run's settings, for the policy served at ``base_url`` as ``name``."""
     prompt, cut = _prompt_and_cut(args)
     temperature = args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 1.0)
-    urls = list(args.env_url)
     token = resolve_token(args.env_token)
     client = ClientConfig(token=token) if token else ClientConfig()
-    with _endpoint(args, serve) as (base_url, name):
-        try:
-            endpoint_config = EndpointConfig(
-                base_url=base_url, model=name, api_key_env=args.api_key_env, temperature=temperature, top_p=args.top_p,
-                max_tokens=args.max_tokens, logprobs=args.logprobs, price_in=args.price_in, price_out=args.price_out)
-            served = args.model if args.model.startswith("http") else f"{args.model} (served: {args.serve})"
-            describe = {"model": served, "model_name": name, "temperature": temperature, "top_p": args.top_p,
-                        "max_tokens": args.max_tokens}
-            config = EvalConfig(
-                env_urls=urls, tasks=args.tasks, instance_ids=args.instance_ids, samples=args.samples,
-                concurrency=args.concurrency, out=args.out, model_name=args.label or name,
-                limits=AgentLimits(max_turns=args.max_turns, max_episode_s=args.max_episode_s,
-                                   max_context_tokens=args.max_context_tokens, max_output_chars=cut, prompt=prompt),
-                max_attempts=args.max_attempts, parquet=args.parquet, fresh=args.fresh, progress=not args.quiet,
-                client=client, describe={k: v for k, v in describe.items() if v is not None})
-        except ValidationError as exc:  # a flag out of range (--samples 0, --top-p 2): one line, exit 1
-            raise EvaluationError("invalid settings: " + "; ".join(
-                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False))) from None
-        summary = asyncio.run(_evaluate(config, endpoint_config))
+    try:
+        endpoint_config = EndpointConfig(
+            base_url=base_url, model=name, api_key_env=args.api_key_env, temperature=temperature, top_p=args.top_p,
+            max_tokens=args.max_tokens, logprobs=args.logprobs, price_in=args.price_in, price_out=args.price_out)
+        served = args.model if args.model.startswith("http") else f"{args.model} (served: {args.serve})"
+        describe = {"model": served, "model_name": name, "temperature": temperature, "top_p": args.top_p,
+                    "max_tokens": args.max_tokens}
+        config = EvalConfig(
+            env_urls=list(args.env_url), tasks=args.tasks, instance_ids=args.instance_ids, samples=args.samples,
+            concurrency=args.concurrency, out=args.out, model_name=args.label or name,
+            limits=AgentLimits(max_turns=args.max_turns, max_episode_s=args.max_episode_s,
+                               max_context_tokens=args.max_context_tokens, max_output_chars=cut, prompt=prompt),
+            max_attempts=args.max_attempts, parquet=args.parquet, fresh=args.fresh, progress=not args.quiet,
+            client=client, describe={k: v for k, v in describe.items() if v is not None})
+    except ValidationError as exc:  # a flag out of range (--samples 0, --top-p 2): one line, exit 1
+        raise EvaluationError("invalid settings: " + "; ".join(
+            f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False))) from None
+    return config, endpoint_config
+
+
+def _nothing_left(args: argparse.Namespace) -> dict[str, Any] | None:
+    """For a checkpoint the command serves itself, the output folder first: an evaluation there with
+    other settings is refused before anything is served; one with every episode done gets its report
+    rewritten without serving (the summary); else None (serve and run)."""
+    import json
+
+    from .run import CONFIG, load_task_refs, read_results
+
+    try:
+        before = json.loads((Path(args.out) / CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # a new folder, or one the run itself will judge
+    name = str((before.get("policy") or {}).get("model_name") or args.model_name or args.model)
+    config, _ = _configs(args, "http://127.0.0.1:1", args.model_name or name)
+    identity = json.loads(json.dumps(config.identity()))
+    changed = sorted(k for k in identity if before.get(k) != identity[k])
+    if changed:
+        raise EvaluationError(f"{args.out} holds an evaluation with other settings ({', '.join(changed)}): "
+                              "use another --out, or --fresh to discard it")
+    done = {k for k, r in read_results(args.out).items() if r.status != "lost"}
+    if any((t.instance_id, s) not in done for t in load_task_refs(config) for s in range(config.samples)):
+        return None
+    return asyncio.run(evaluate(config, _NoPolicy()))  # nothing to run: the report is rewritten
+
+
+class _NoPolicy:
+    """The policy of a rerun with nothing left to run: never asked."""
+
+    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
+        raise EvaluationError("internal: a finished evaluation asked its policy")
+
+
+def _finish(args: argparse.Namespace, summary: dict[str, Any]) -> int:
     o = summary["overall"]
     rate = "-" if o["resolved_rate"] is None else f"{o['resolved_rate']:.1%}"
     print(f"resolved {o['resolved']}/{o['scored']} = {rate} (95% CI {o['ci95'][0]:.1%}-{o['ci95'][1]:.1%}), "

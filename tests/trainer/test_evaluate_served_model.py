@@ -153,5 +153,16 @@ def test_evaluate_serves_a_checkpoint_and_scores_its_episodes(fixer, real_env_ur
              for m in rollouts[FIX_INSTANCE]["messages"] if m["role"] == "assistant" for c in m["tool_calls"]]
     assert calls == FIX, calls
     assert len(rollouts[FIX_INSTANCE]["turns"]) == 3
+    # a rerun with nothing left to run rewrites the report without serving the checkpoint; one with
+    # other settings is refused before anything is served (both were 25 s of `transformers serve` first)
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert again.returncode == 0 and "served as" not in again.stderr, again.stderr[-3000:]
+    assert again.stdout.strip().splitlines()[-1].startswith(f"resolved {o['resolved']}/{o['scored']}"), again.stdout
+    assert json.loads((out / "report.json").read_text())["summary"]["overall"] == o
+    other = subprocess.run([*argv[:argv.index("--max-turns") + 1], "5", *argv[argv.index("--max-turns") + 2:]],
+                           capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert other.returncode == 1 and "served as" not in other.stderr, other.stderr[-3000:]
+    assert "holds an evaluation with other settings (limits)" in other.stderr, other.stderr[-3000:]
+    assert "Traceback" not in other.stderr
     print(f"\nevaluate --model {fixer.parent.name}: {wall:.1f}s; "
           + "; ".join(f"{iid}: {r['status']} ({r['end_reason']}, {r['turns']} turns)" for iid, r in results.items()))
