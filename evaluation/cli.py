@@ -111,7 +111,9 @@ def _endpoint(args: argparse.Namespace, serve: ServeCheckpoint | None) -> Iterat
             try:
                 models = asyncio.run(list_models(args.model, args.api_key_env))
             except EndpointError as exc:  # a refused key, no /models: the run cannot start (one line, exit 1)
-                raise EvaluationError(f"{exc.message} (pass --model-name to skip the model list)") from None
+                hint = "" if exc.message.startswith("no model endpoint answers") else \
+                    " (pass --model-name to skip the model list)"
+                raise EvaluationError(exc.message + hint) from None
             if not models:
                 raise EvaluationError(f"{args.model}/models lists no model: pass --model-name")
             name = models[0]

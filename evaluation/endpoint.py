@@ -225,6 +225,10 @@ async def list_models(base_url: str, api_key_env: str | None = None, timeout_s: 
     async with httpx.AsyncClient(timeout=timeout_s, headers=headers, trust_env=False) as client:
         try:
             response = await client.get(base_url.rstrip("/") + "/models")
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing listens there: say so, and the fix
+            raise EndpointError("unavailable", f"no model endpoint answers at {base_url} ({type(exc).__name__}: {exc}): "
+                                "start the model server, or give --model the URL it listens on "
+                                "(http://HOST:PORT/v1) or a checkpoint directory") from None
         except httpx.HTTPError as exc:
             raise EndpointError("unavailable", f"{base_url}/models: {type(exc).__name__}: {exc}") from None
     if response.status_code in (401, 403):

@@ -142,3 +142,16 @@ def test_serving_a_checkpoint_without_the_train_extra_names_it(monkeypatch, caps
     assert "needs the 'train' extra" in capsys.readouterr().err
     assert cli._missing_extra(["evaluate", "--model", "http://127.0.0.1:1/v1", *common]) is None
     assert not (tmp_path / "out").exists()
+
+
+def test_a_dead_model_endpoint_is_refused_naming_the_fix(tmp_path: Path):
+    """Nothing listens at --model (and no --model-name): one line saying so and what to do, not a hint
+    about --model-name, which would not help."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_text('{"instance_id": "x"}\n')
+    proc = trainer_client("evaluate", "--model", f"{dead}/v1", "--env-url", dead, "--tasks", tasks,
+                          "--out", tmp_path / "out")
+    err = one_line_error(proc)
+    assert f"no model endpoint answers at {dead}/v1" in err and "start the model server" in err, err
+    assert "--model-name" not in err, err
