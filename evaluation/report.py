@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,8 @@ def _rate_table(title: str, rows: dict[str, dict[str, Any]]) -> list[str]:
     return lines + [""]
 
 
-def markdown(config: Any, summary: dict[str, Any]) -> str:
-    """The report for people: the headline, pass@k, breakdowns, behaviour, cost."""
+def markdown(config: Any, summary: dict[str, Any], results: list[EpisodeResult] | None = None) -> str:
+    """The report for people: the headline, pass@k, breakdowns, each task (with ``results``), behaviour, cost."""
     o = summary["overall"]
     few = f" (only {o['tasks']} tasks: read the interval, not the point)" if o["tasks"] < 30 else ""
     lines = [f"# Evaluation: {config.model_name}", "",
@@ -54,6 +55,8 @@ def markdown(config: Any, summary: dict[str, Any]) -> str:
     lines.append("")
     lines += _rate_table("By task source", summary["by_source"])
     lines += _rate_table("By repository", summary["by_repo"])
+    if results:
+        lines += _task_table(results)
     t, c, p, w = summary["turns"], summary["completion_tokens"], summary["prompt_tokens"], summary["episode_wall_s"]
     lines += ["### Episodes", "", "| | mean | median | p90 | max |", "|---|---:|---:|---:|---:|",
               f"| turns | {_num(t['mean'])} | {_num(t['median'])} | {_num(t['p90'], 0)} | {_num(t['max'], 0)} |",
@@ -80,6 +83,27 @@ def markdown(config: Any, summary: dict[str, Any]) -> str:
               f"- wall time {'-' if wall is None else f'{wall:.0f} s'}; time in episodes: model "
               f"{_pct(share)}, env {_pct(summary['env_share'])}", ""]
     return "\n".join(lines)
+
+
+def _task_table(results: list[EpisodeResult]) -> list[str]:
+    """One row per task: its source, its samples resolved of those scored, those lost, how its episodes
+    ended, and its failed tool calls by error_kind (which tasks failed, and how, without results.jsonl)."""
+    lines = ["### By task", "", "| task | source | resolved | lost | ended | failed tool calls |",
+             "|---|---|---:|---:|---|---|"]
+    rows = task_pass_rates(results)
+    ends: dict[str, Counter] = {}
+    errors: dict[str, Counter] = {}
+    for r in results:
+        if r.status != "lost" and r.end_reason:
+            ends.setdefault(r.instance_id, Counter())[r.end_reason] += 1
+        errors.setdefault(r.instance_id, Counter()).update(r.error_kinds)
+
+    def counts(c: Counter | None) -> str:
+        return ", ".join(f"{k} {v}" for k, v in c.most_common()) if c else "-"
+    for iid, row in rows.items():
+        lines.append(f"| {iid} | {row['source'] or '-'} | {row['c']}/{row['n']} | {row['lost']} | "
+                     f"{counts(ends.get(iid))} | {counts(errors.get(iid))} |")
+    return lines + [""]
 
 
 def _policy_line(summary: dict[str, Any]) -> str:
@@ -145,5 +169,5 @@ def write_report(out: Path, config: Any, summary: dict[str, Any], results: list[
     data = {"model_name": config.model_name, "describe": config.describe, "limits": config.limits.model_dump(),
             "env_urls_count": len(config.env_urls), "summary": summary, "tasks": task_pass_rates(results)}
     (out / "report.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    (out / "report.md").write_text(markdown(config, summary), encoding="utf-8")
+    (out / "report.md").write_text(markdown(config, summary, results), encoding="utf-8")
     plot(out / "report.png", summary)

@@ -83,6 +83,11 @@ def test_gold_double_resolves_every_episode(gold_run, gold_rows):
 
     md = (out / "report.md").read_text(encoding="utf-8")
     assert f"Resolved {n_tasks * SAMPLES} / {n_tasks * SAMPLES} episodes = 100.0%" in md
+    # one row per task: which resolved, how its episodes ended (without reading results.jsonl)
+    table = md.split("### By task\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert table[0] == "| task | source | resolved | lost | ended | failed tool calls |"
+    assert sorted(table[2:]) == sorted(f"| {row['instance_id']} | {row['source']} | {SAMPLES}/{SAMPLES} | 0 | "
+                                       f"submitted {SAMPLES} | - |" for row in gold_rows), table
     assert f"resolved {n_tasks * SAMPLES}/{n_tasks * SAMPLES} = 100.0%" in proc.stdout
     assert not (out / "predictions.jsonl").exists(), "no SWE-bench task: no predictions file"
 
@@ -103,7 +108,10 @@ def test_submit_and_silent_doubles_score_zero(submit_run, silent_run, gold_rows)
                for r in results)
     assert summary["overall"]["resolved_rate"] == 0.0 and summary["end_reasons"] == {"no_tool_call": n_tasks}
     assert len(requests) == n_tasks, "one request per episode: the answer without a tool call ends it"
-    assert "0.0%" in (out / "report.md").read_text(encoding="utf-8")
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "0.0%" in md
+    for row in gold_rows:  # each task's row says it failed, and how its episode ended
+        assert f"| {row['instance_id']} | {row['source']} | 0/1 | 0 | no_tool_call 1 | - |" in md, md
 
 
 def test_rollouts_hold_one_record_per_episode(gold_run, submit_run):
