@@ -154,6 +154,8 @@ def plot(path: Path, summary: dict[str, Any]) -> bool:
     if ks:
         right.plot([k for k, _ in ks], [100 * v for _, v in ks], marker="o")
         right.set_xscale("log", base=2)
+        right.set_xticks([k for k, _ in ks], [str(k) for k, _ in ks])  # 1, 2, 4 (not 2^0, 2^1, 2^2)
+        right.minorticks_off()
     right.set_ylim(0, 100)
     right.set_xlabel("k")
     right.set_ylabel("pass@k (%)")

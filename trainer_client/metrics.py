@@ -209,6 +209,7 @@ def plot_metrics(jsonl: str | Path, png: str | Path, keys: tuple[str, ...] | Non
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     by_step: dict[int, dict[str, Any]] = {}
     for r in step_records(jsonl):  # records of one step (training, evaluation) merged
@@ -250,8 +251,9 @@ def plot_metrics(jsonl: str | Path, png: str | Path, keys: tuple[str, ...] | Non
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, height), squeeze=False, sharex=True)
     flat = list(axes.flat)
     for ax, (title, curves) in zip(flat, groups):
-        for key, label in curves:
-            ax.plot(steps, series(key), marker="o", ms=3, label=label)
+        for i, (key, label) in enumerate(curves):  # a curve equal to another (grpo = total) stays visible
+            ax.plot(steps, series(key), marker="os^D"[i % 4], ms=5 - i % 3, linestyle=("-", "--", ":", "-.")[i % 4],
+                    label=label)
         ax.set_title(title, fontsize=9)
         ax.legend(fontsize=7)
     for ax, key in zip(flat[len(groups):], wanted):
@@ -260,6 +262,7 @@ def plot_metrics(jsonl: str | Path, png: str | Path, keys: tuple[str, ...] | Non
     for ax in flat[:panels]:
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     for ax in flat[panels:]:
         ax.set_visible(False)
     for ax in flat[max(0, panels - ncols):panels]:  # the lowest plot of each column

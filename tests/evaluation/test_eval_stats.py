@@ -148,3 +148,23 @@ def test_the_report_says_what_the_trainers_default_monitor_policy_would_do():
     assert (f"- under the trainer's default monitor policy (env.suspicion_policy): 1 resolved episode(s) would score 0 "
             f"({zero} 1), 0 would be masked; the resolved rate is the grader's\n") in report
     assert "**Resolved 3 / 5 episodes = 60.0%**" in report
+
+
+def test_the_pass_at_k_plot_labels_k_in_plain_numbers(tmp_path, monkeypatch):
+    """report.png's pass@k axis reads 1, 2, 4 (a log-2 axis labelled 2^0, 2^1, 2^2 read as exponents)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from evaluation.report import plot
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)  # keep the figure to read its axes
+    summary = {"by_source": {"a": {"resolved_rate": 0.5, "ci95": [0.2, 0.8]}},
+               "overall": {"resolved_rate": 0.5, "ci95": [0.2, 0.8]}, "samples_per_task": 4,
+               "pass_at_k": {"pass@1": {"value": 0.5}, "pass@2": {"value": 0.6}, "pass@4": {"value": 0.7}}}
+    assert plot(tmp_path / "report.png", summary) and (tmp_path / "report.png").stat().st_size > 0
+    right = figures[0].axes[1]
+    assert [t.get_text() for t in right.get_xticklabels()] == ["1", "2", "4"]
+    assert not right.get_xticklabels(minor=True) or all(not t.get_text() for t in right.get_xticklabels(minor=True))

@@ -46,6 +46,9 @@ def _axes(monkeypatch):
         for ax in fig.axes:
             if ax.get_visible():
                 seen[ax.get_title()] = [(list(l.get_xdata()), list(l.get_ydata())) for l in ax.get_lines()]
+                seen.setdefault("_styles", {})[ax.get_title()] = [(l.get_linestyle(), l.get_marker())
+                                                                  for l in ax.get_lines()]
+                seen.setdefault("_xticks", {})[ax.get_title()] = list(ax.get_xticks())
         seen["_texts"] = [t.get_text() for t in fig.texts]
         return original(fig, *args, **kwargs)
 
@@ -70,8 +73,12 @@ def test_plot_draws_only_measured_values_and_the_channels_together(tmp_path, mon
     _write(tmp_path / "m.jsonl", rows)
     assert plot_metrics(tmp_path / "m.jsonl", tmp_path / "m.png") is not None
 
-    # the three channels (and their total) in one panel, their inputs in the next
+    # the three channels (and their total) in one panel, their inputs in the next; each curve its own line
+    # style and marker (grpo equals total here: neither hides the other)
     assert len(seen["loss channels"]) == 4 and len(seen["channel inputs"]) == 2
+    assert len(set(seen["_styles"]["loss channels"])) == 4, seen["_styles"]
+    # steps are whole numbers: so are the ticks of every panel
+    assert all(float(t).is_integer() for ticks in seen["_xticks"].values() for t in ticks), seen["_xticks"]
     assert "loss" not in seen and "channels/grpo" not in seen  # drawn in the channels' panel
     # a missing value is a gap (NaN), never a line across; the summary draws nothing
     xs, ys = seen["reward"][0]
