@@ -50,7 +50,7 @@ PHASES = ("template", "tool view", "cgroup", "spawn", "jail + python", "init sen
 
 
 class Timer:
-    """Wraps the phases' functions; ``laps`` collects one dict of seconds per reset."""
+    """Wraps the phases' functions; ``now`` holds the seconds of each phase of the start under way."""
 
     def __init__(self) -> None:
         self.now: dict[str, float] = {}

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import binascii
+import contextlib
 import logging
 import time
 from typing import Any, Literal

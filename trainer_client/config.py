@@ -245,17 +245,14 @@ def build_grpo_config(cfg: RunConfig, **extra: Any):
     """The GRPOConfig for this run (TRL validates the combination of fields). A key TRL's GRPOConfig
     does not have is a ValueError naming the one it most likely meant (``grpo.max_step``: did you mean
     ``grpo.max_steps``?); TRL's own refusals are ValueErrors with TRL's message."""
-    import dataclasses
-
     from trl import GRPOConfig
 
     from contract.overrides import unknown_key_message
 
-    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
-    unknown = [k for k in cfg.grpo if k not in fields]
+    known = _grpo_keys()
+    unknown = [f"grpo.{k}" for k in cfg.grpo if f"grpo.{k}" not in known]
     if unknown:
-        raise ValueError("invalid config: " + "; ".join(unknown_key_message(f"grpo.{k}", _grpo_keys())
-                                                      for k in unknown))
+        raise ValueError("invalid config: " + "; ".join(unknown_key_message(k, known) for k in unknown))
     kwargs = {"output_dir": "runs/trainer-client", "report_to": [], "logging_steps": 1}
     kwargs.update(cfg.grpo)
     kwargs.update(extra)
