@@ -36,6 +36,7 @@ class ErrorCode(str, Enum):
     IMAGE_UNAVAILABLE = "IMAGE_UNAVAILABLE"  # reset: the task's image could not be pulled (`image`, `reason`)
     FORK_UNAVAILABLE = "FORK_UNAVAILABLE"  # reset fork_of: the workspace at step t cannot be restored exactly
     INTERNAL_ERROR = "INTERNAL_ERROR"
+    UNKNOWN_PROFILE = "UNKNOWN_PROFILE"  # reset: no tool profile of that name (the message names the served ones)
     GRADER_BUSY = "GRADER_BUSY"  # submit: the replica's grading queue is full; nothing happened, send it again after `retry_after_s`
 
 

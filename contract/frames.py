@@ -28,6 +28,9 @@ class ResetParams(BaseModel):
     seed: int | None = None
     episode_id: str | None = Field(None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")
     context: "ContextSpec | None" = Field(None, description="how this client presents the episode to its policy")
+    profile: str | None = Field(None, min_length=1, max_length=64, description=(
+        "the tool profile the episode serves (contract/tools.py PROFILES: \"default\", \"bash-only\"); "
+        "None: the default. A fork serves its original's"))
     fork_of: str | None = Field(None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$", description=(
         "episode-fork extension: start from this recorded episode after its step `t` (its task, its workspace "
         "byte for byte, its context); see docs/rfcs/009-episode-fork.md"))

@@ -11,14 +11,20 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .observations import ChatMessage
-
+from .tools import OutputStyle, get_profile
 
 #: The user message a policy's episode starts with (the issue follows it): the trainer's default
-#: (`data.prompt`) and the evaluator's, so an evaluation asks what training optimized.
-DEFAULT_PROMPT = (
-    "You are working in a Python repository at /workspace. Fix the issue below using the tools "
-    "(bash, view, str_replace, create); when the fix is done, call submit.\n\nIssue:\n"
-)
+#: (`data.prompt`) and the evaluator's, so an evaluation asks what training optimized (the default
+#: profile's; ``get_profile(name).prompt`` for another).
+DEFAULT_PROMPT = get_profile(None).prompt
+#: mini-swe-agent's SWE-bench observation template: outputs of this length or more show head and tail
+RETURNCODE_STYLE_LIMIT = 10_000
+_TOO_LONG = (
+    "<warning>\nThe output of your last command was too long.\nPlease try a different command that produces less "
+    "output.\nIf you're looking at a file you can try use head, tail or sed to view a smaller number of lines "
+    "selectively.\nIf you're using grep or find and it produced too much output, you can use a more selective "
+    "search pattern.\nIf you really need to see something from the full command's output, you can redirect "
+    "output to a file and then search in that file.\n</warning>")
 
 
 class ContextSpec(BaseModel):
@@ -49,10 +55,15 @@ class AssistantTurn(BaseModel):
     token_ids: list[int] | None = Field(None, description="what the policy generated for this message")
 
 
-def format_tool_output(observation: dict[str, Any], max_output_chars: int | None = None) -> str:
-    """A tool result as the policy reads it: the output, the error marker's message, head+tail cut."""
+def format_tool_output(observation: dict[str, Any], max_output_chars: int | None = None,
+                       style: OutputStyle = "plain") -> str:
+    """A tool result as the policy reads it. ``plain``: the output, the error marker's message,
+    head+tail cut at ``max_output_chars``; ``returncode``: mini-swe-agent's observation template
+    (exception, ``<returncode>``, ``<output>``; head and tail past 10,000 characters)."""
     text = str(observation.get("output") or "")
     meta = observation.get("metadata") or {}
+    if style == "returncode":
+        return _returncode_style(text, meta)
     message = meta.get("error_message")
     if meta.get("error_kind") and message and message not in text:
         text = f"{text}\n[{meta['error_kind']}] {message}" if text else f"[{meta['error_kind']}] {message}"
@@ -60,6 +71,19 @@ def format_tool_output(observation: dict[str, Any], max_output_chars: int | None
         half = max_output_chars // 2
         text = f"{text[:half]}\n[... {len(text) - max_output_chars} characters cut ...]\n{text[-half:]}"
     return text or "(no output)"
+
+
+def _returncode_style(output: str, meta: dict[str, Any]) -> str:
+    if "returncode" not in meta:  # not a command (a refused call): what went wrong, as the harness says it
+        return f"<error>\n{meta.get('error_message') or output}\n</error>"
+    head = f"<exception>{meta['exception_info']}</exception>\n" if meta.get("exception_info") else ""
+    head += f"<returncode>{meta['returncode']}</returncode>\n"
+    if len(output) < RETURNCODE_STYLE_LIMIT:
+        return f"{head}<output>\n{output}</output>"
+    half = RETURNCODE_STYLE_LIMIT // 2
+    return (f"{head}{_TOO_LONG}<output_head>\n{output[:half]}\n</output_head>\n<elided_chars>\n"
+            f"{len(output) - RETURNCODE_STYLE_LIMIT} characters elided\n</elided_chars>\n<output_tail>\n"
+            f"{output[-half:]}\n</output_tail>")
 
 
 def _call_id(t: int) -> str:
@@ -93,6 +117,7 @@ def render_context(reset: dict[str, Any], steps: list[dict[str, Any]]
         messages.append(ChatMessage.model_validate({**last, "content": str(last.get("content", "")) + reset["issue"]}))
         tools = list(spec.tools)
     limit = spec.max_output_chars if spec else None
+    style = get_profile(reset.get("profile")).output_style
     turn_ids: list[list[int] | None] = []
     current_turn: object = object()
     for rec in steps:
@@ -116,6 +141,6 @@ def render_context(reset: dict[str, Any], steps: list[dict[str, Any]]
                 messages.append(ChatMessage(role="assistant", content="", tool_calls=[call]))
                 turn_ids.append(None)
         obs = rec["observation"]
-        content = format_tool_output(obs, limit) if spec else obs.get("output", "")
+        content = format_tool_output(obs, limit, style) if spec else obs.get("output", "")
         messages.append(ChatMessage(role="tool", content=content, name=name, tool_call_id=_call_id(t)))
     return messages, tools, (turn_ids if any(ids is not None for ids in turn_ids) else None)

@@ -109,7 +109,8 @@ class EnvNotFoundError(EnvServerError, LookupError):
 
 
 class EnvRequestError(EnvServerError, ValueError):
-    """The request itself was malformed (bad JSON, unknown type, invalid envelope, frame too large)."""
+    """The request itself was malformed (bad JSON, unknown type, invalid envelope, frame too large, a tool
+    profile the server does not serve)."""
 
 
 _ERRORS_BY_CODE: dict[str, type[EnvServerError]] = {
@@ -127,6 +128,7 @@ _ERRORS_BY_CODE: dict[str, type[EnvServerError]] = {
     ErrorCode.INVALID_JSON.value: EnvRequestError,
     ErrorCode.UNKNOWN_TYPE.value: EnvRequestError,
     ErrorCode.VALIDATION_ERROR.value: EnvRequestError,
+    ErrorCode.UNKNOWN_PROFILE.value: EnvRequestError,
     ErrorCode.INVALID_ACTION.value: EnvRequestError,
     ErrorCode.FRAME_TOO_LARGE.value: EnvRequestError,
     ErrorCode.FORK_UNAVAILABLE.value: EnvForkError,

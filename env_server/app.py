@@ -18,7 +18,8 @@ from fastapi import APIRouter, Depends, FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import TypeAdapter
 
-from contract import MUX_SUBPROTOCOL, PROTOCOL_VERSION, Action, EpisodeState, ErrorCode, StateRecord, SWEObservation
+from contract import (DEFAULT_PROFILE, MUX_SUBPROTOCOL, PROFILES, PROTOCOL_VERSION, Action, EpisodeState, ErrorCode,
+                      StateRecord, SWEObservation, get_profile)
 from verifier.task import TaskFileError, TaskInstance, check_backend, load_tasks
 
 from .auth import Authenticator, Identity, redact_server_logs
@@ -27,7 +28,7 @@ from .errors import ProtocolError
 from .mcp import PARSE_ERROR, handle_jsonrpc
 from .mux import serve_mux
 from .service import EnvService
-from .tools import TOOL_SPECS
+from .tools import missing_handlers
 from .traces import TraceError
 from .ws import serve_ws
 
@@ -88,6 +89,10 @@ def create_app(config: ServerConfig, tasks: list[TaskInstance] | None = None) ->
     tasks = tasks if tasks is not None else load_tasks(config.tasks_path)
     check_backend(tasks, config.sandbox.backend)
     check_repositories(tasks)
+    unrun = missing_handlers()
+    if unrun:  # a tool entry of the contract's registry without a handler here: refuse to serve it
+        raise RuntimeError(f"no handler runs the tools {', '.join(unrun)}: register one with "
+                           "env_server.tools.handles(<its arguments model>)")
     service = EnvService(config, tasks)
     auth = Authenticator.from_config(config)
 
@@ -123,7 +128,9 @@ def create_app(config: ServerConfig, tasks: list[TaskInstance] | None = None) ->
     async def metadata() -> dict[str, Any]:
         return {"name": "swe-openenv", "version": PROTOCOL_VERSION,
                 "description": "SWE-style coding episodes in a hardened sandbox, graded by hidden tests.",
-                "tasks": len(service.tasks), "tools": [t.mcp() for t in TOOL_SPECS], "backend": config.sandbox.backend,
+                "tasks": len(service.tasks), "tools": [t.mcp() for t in get_profile(None).specs()],
+                "profiles": {name: {"about": p.about, "tools": p.names} for name, p in PROFILES.items()},
+                "default_profile": DEFAULT_PROFILE, "backend": config.sandbox.backend,
                 "extensions": ["error-site-markers", "state-t-replay", "multiplexed-websocket",
                                "episode-fork"],
                 "mux_subprotocol": MUX_SUBPROTOCOL, "max_sessions": config.max_sessions}

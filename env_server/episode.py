@@ -26,6 +26,8 @@ from contract import (
     ErrorKind,
     ListToolsAction,
     SWEObservation,
+    ToolProfile,
+    get_profile,
 )
 from sandbox import (ArgumentError, DiffTooLarge, DiffUnreadable, SandboxConfig, SandboxError, WarmPool,
                      open_sandbox)
@@ -37,15 +39,9 @@ from verifier.task import TaskInstance
 from .errors import ProtocolError
 from .gradings import GradingQueue
 from .markers import ToolFailure, failure
-from .tools import TOOL_SPECS, parse_arguments, run_tool
+from .tools import ToolContext, ToolOutcome, parse_arguments, run_tool
 from .traces import ForkPoint, TraceStore, TraceWriter
 
-SYSTEM_PROMPT = (
-    "You are a software engineer fixing an issue in the repository at /workspace. "
-    "Use the tools to explore the code, reproduce the problem, edit files and run tests. "
-    "When the fix is complete, call submit; hidden tests decide whether the issue is resolved."
-)
-MUTATING_TOOLS = frozenset({"bash", "str_replace", "create"})
 log = logging.getLogger(__name__)
 
 
@@ -71,8 +67,10 @@ class Episode:
     """Created by :meth:`start`; driven by one session at a time."""
 
     def __init__(self, episode_id: str, task: TaskInstance, sandbox: Sandbox, sandbox_config: SandboxConfig,
-                 config: EpisodeConfig, trace: TraceWriter, cache: GradeCache | None) -> None:
+                 config: EpisodeConfig, trace: TraceWriter, cache: GradeCache | None,
+                 profile: ToolProfile | None = None) -> None:
         self.episode_id = episode_id
+        self.profile = profile or get_profile(None)  # the tools it serves (contract/tools.py)
         self.task = task
         self.sandbox = sandbox
         self.sandbox_config = sandbox_config
@@ -92,18 +90,20 @@ class Episode:
         # set once its first step is done or it closes: the jail of the episode it replaced then goes
         self.stepped: asyncio.Event | None = None
         self.gradings: GradingQueue | None = None  # the replica's grading queue (None: grade at once)
+        self.submitted_patch: str | None = None  # the patch a command submitted (a profile's sentinel)
 
     @classmethod
     async def start(cls, episode_id: str, task: TaskInstance, store: TraceStore, sandbox_config: SandboxConfig,
                     config: EpisodeConfig, cache: GradeCache | None = None,
                     context: ContextSpec | None = None, fork: ForkPoint | None = None,
                     owner: str | None = None, pool: WarmPool | None = None,
-                    refill_pool: bool = True) -> tuple["Episode", SWEObservation]:
+                    refill_pool: bool = True, profile: ToolProfile | None = None) -> tuple["Episode", SWEObservation]:
         """Open the sandbox, write the reset record, return the episode and its first observation.
 
         ``owner``: the client that creates it (recorded in the reset record; None on a server without tokens).
         ``pool``: where the sandbox comes from when given (a pre-started jail, as fresh as a cold one);
         ``refill_pool``: whether the claim refills the pool for this task (no: the server primes it ahead).
+        ``profile``: the tool profile it serves (None: the default; a fork serves its original's).
 
         ``fork``: start from a recorded episode after its step t (``task`` is its task): the
         workspace is the task's scrubbed template with the recorded diff applied (verified), the
@@ -121,11 +121,14 @@ class Episode:
         except BaseException:
             await sandbox.close()
             raise
-        ep = cls(episode_id, task, sandbox, sandbox_config, config, trace, cache)
-        tools = [t.mcp() for t in TOOL_SPECS]
+        if fork is not None:
+            profile = get_profile(fork.head.get("profile"))
+        ep = cls(episode_id, task, sandbox, sandbox_config, config, trace, cache, profile)
+        tools = [t.mcp() for t in ep.profile.specs()]
         record: dict[str, Any] = {"kind": "reset", "episode_id": episode_id,
                                   **({"owner": owner} if owner is not None else {}), "instance_id": task.instance_id,
-                                  "system": SYSTEM_PROMPT, "issue": task.problem_statement, "tools": tools}
+                                  "profile": ep.profile.name, "system": ep.profile.instructions,
+                                  "issue": task.problem_statement, "tools": tools}
         extra: dict[str, Any] = {}
         if fork is not None:
             ep.step_offset = len(fork.history)
@@ -167,10 +170,16 @@ class Episode:
         self.step_count += 1
         obs, changed = await self._act(action)
         if not self.done and self.step_count + self.step_offset >= self.config.max_steps:
-            grade = await self._grade()
-            obs = self._finish(obs, grade, note=f"[step budget of {self.config.max_steps} used up: "
-                                                "your changes were graded]")
+            if any(t.submits for t in self.profile.tools):
+                grade, note = await self._grade(), "your changes were graded"
+            else:  # a profile that submits only by its sentinel line (mini-swe-agent's): nothing was submitted
+                grade = GradeResult(reward=0.0, mode=self.config.grade_mode, error_source="agent",
+                                    error="nothing was submitted (the submit line never ran)")
+                note = "nothing was submitted"
+            obs = self._finish(obs, grade, note=f"[step budget of {self.config.max_steps} used up: {note}]")
         diff = await self._trace_diff(changed)
+        if self.submitted_patch is not None:  # graded instead of the workspace's diff: kept with the step
+            diff["submission"] = self.submitted_patch
         record = {"kind": "step", "t": self.step_count, "action": _action_record(action),
                   "observation": obs.model_dump(), **diff, "time": time.time(),
                   "latency_s": round(time.perf_counter() - started, 6)}
@@ -184,19 +193,23 @@ class Episode:
     async def _act(self, action: Action) -> tuple[SWEObservation, str | None]:
         """Run the action; return its observation and the tool that may have changed the workspace."""
         if isinstance(action, ListToolsAction):
-            return SWEObservation(tools=[t.mcp() for t in TOOL_SPECS], metadata=self._meta()), None
+            return SWEObservation(tools=[t.mcp() for t in self.profile.specs()], metadata=self._meta()), None
         name = action.tool_name
-        args = parse_arguments(name, action.arguments)
+        args = parse_arguments(self.profile, name, action.arguments)
         if isinstance(args, ToolFailure):
             return self._failed(name, "", args), None
-        if name == "submit":
+        tool = self.profile.tool(name)
+        assert tool is not None  # parse_arguments refused any other name
+        if tool.submits:
             grade = await self._grade()
             return self._finish(SWEObservation(tool_name=name, metadata=self._meta()), grade), None
-        if name in MUTATING_TOOLS:
+        if tool.mutates:
             self._agent_changed = True
+        context = ToolContext(blocked_tools=tuple(self.sandbox_config.policy.blocked_tools),
+                              max_timeout_s=self.sandbox_config.limits.max_command_timeout_s,
+                              submit_sentinel=self.profile.submit_sentinel)
         try:
-            outcome = await run_tool(self.sandbox, name, args, blocked_tools=self.sandbox_config.policy.blocked_tools,
-                                     max_timeout_s=self.sandbox_config.limits.max_command_timeout_s)
+            outcome = await run_tool(self.sandbox, args, context)
         except ArgumentError as exc:  # the runtime refused the agent's arguments
             return self._failed(name, "", failure(ErrorKind.invalid_arguments, str(exc))), None
         except SandboxError as exc:
@@ -206,24 +219,48 @@ class Episode:
             log.exception("episode %s: %s call failed inside the server", self.episode_id, name)
             self.done = True
             return self._failed(name, "", failure(ErrorKind.internal_error, f"{type(exc).__name__}: {exc}")), None
+        # what may have changed the workspace: a command ("bash": ``--trace-diffs edits`` skips its diff)
+        # whatever its outcome, an edit tool only when it succeeded
+        changed = ("bash" if outcome.ran_command else name) if tool.mutates and outcome.files_changed is not False else None
+        extra = self._command_meta(outcome)
+        if outcome.submission is not None:  # the profile's sentinel: the command's output is the patch
+            grade = await self._grade(submission=outcome)
+            obs = SWEObservation(output=outcome.output, tool_name=name, metadata=self._meta(**extra))
+            return self._finish(obs, grade), changed
         if outcome.failure is not None:
             if outcome.failure.kind is ErrorKind.sandbox_error or not self.sandbox.alive:
                 self.done = True
-            changed = "bash" if name == "bash" and outcome.files_changed is not False else None
-            return self._failed(name, outcome.output, outcome.failure), changed
-        changed = name if name in MUTATING_TOOLS and outcome.files_changed is not False else None
-        return SWEObservation(output=outcome.output, tool_name=name, metadata=self._meta()), changed
+            changed = changed if outcome.ran_command else None
+            return self._failed(name, outcome.output, outcome.failure, **extra), changed
+        return SWEObservation(output=outcome.output, tool_name=name, metadata=self._meta(**extra)), changed
 
-    def _failed(self, name: str, output: str, fail: ToolFailure) -> SWEObservation:
+    def _command_meta(self, outcome: ToolOutcome) -> dict[str, Any]:
+        """A ``returncode``-style profile's command fields (what mini-swe-agent's observation shows)."""
+        if self.profile.output_style != "returncode" or outcome.returncode is None:
+            return {}
+        return {"returncode": outcome.returncode,
+                **({"exception_info": outcome.exception_info} if outcome.exception_info else {})}
+
+    def _failed(self, name: str, output: str, fail: ToolFailure, **extra: Any) -> SWEObservation:
         text = output if output else f"Error: {fail.message}"
-        if output and fail.kind not in (ErrorKind.nonzero_exit, ErrorKind.test_failure):
+        if output and fail.kind not in (ErrorKind.nonzero_exit, ErrorKind.test_failure) and not extra:
             text = f"{output}\n[{fail.message}]"
-        return SWEObservation(output=text, tool_name=name, done=self.done, metadata=self._meta(**fail.metadata()))
+        return SWEObservation(output=text, tool_name=name, done=self.done,
+                              metadata=self._meta(**extra, **fail.metadata()))
 
-    async def _grade(self) -> GradeResult:
-        """Grade the workspace's diff. What the agent left in the workspace never makes an ``infra``
-        failure: a diff over the limit, or one the runtime cannot read once the agent changed the
-        workspace (git failing on what it holds, an unreadable /workspace), is the agent's zero."""
+    async def _grade(self, submission: ToolOutcome | None = None) -> GradeResult:
+        """Grade the workspace's diff, or the patch a command ``submission`` printed after the profile's
+        sentinel (mini-swe-agent's protocol: that text is the submission, filtered like any diff).
+        What the agent left in the workspace never makes an ``infra`` failure: a diff over the limit, or
+        one the runtime cannot read once the agent changed the workspace (git failing on what it holds,
+        an unreadable /workspace), is the agent's zero; so is a printed patch cut at the output limit."""
+        if submission is not None:
+            self.submitted_patch = submission.submission
+            if submission.submission_cut:
+                return GradeResult(reward=0.0, mode=self.config.grade_mode, error_source="agent",
+                                   error="the submission cannot be graded: the patch printed after the submit "
+                                         "line was cut at the sandbox's output limit")
+            return await self._grade_text(submission.submission or "")
         try:
             diff = await self._read_diff()
         except DiffTooLarge as exc:  # what the agent wrote: its zero, never a masked infra failure
@@ -237,8 +274,11 @@ class Episode:
             return GradeResult(reward=0.0, mode=self.config.grade_mode, error_source="infra",
                                error=f"could not read the workspace diff: {exc}")
         self._graded_diff = diff
+        return await self._grade_text(diff.text)
+
+    async def _grade_text(self, diff: str) -> GradeResult:
         async with (self.gradings.slot() if self.gradings is not None else contextlib.nullcontext()):
-            return await grade_submission(self.task, diff.text, self.sandbox_config, self.config.grade_mode,
+            return await grade_submission(self.task, diff, self.sandbox_config, self.config.grade_mode,
                                           cache=self.cache, timeout_s=self.config.grade_timeout_s)
 
     async def _read_diff(self) -> ExactDiff:

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from contract import ErrorCode
+from contract import ErrorCode, ResetParams
 
 from .auth import Identity
 from .errors import ProtocolError
 from .service import EnvService, Session
-from .tools import TOOL_SPECS
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, SERVER_ERROR = -32700, -32600, -32601, -32602, -32000
 
@@ -42,8 +41,11 @@ async def handle_jsonrpc(service: EnvService, body: Any, session: Session | None
     if not isinstance(params, dict):
         return _error(req_id, INVALID_PARAMS, "params must be an object")
     try:
-        if method == "tools/list":
-            return _ok(req_id, {"tools": [t.mcp() for t in TOOL_SPECS]})
+        if method == "tools/list":  # the tools of the session's episode, else of params.profile (default)
+            episode = session.episode if session is not None else None
+            profile = (episode.profile if episode is not None else
+                       service.profile_of(ResetParams(profile=params.get("profile") or None)))
+            return _ok(req_id, {"tools": [t.mcp() for t in profile.specs()]})
         if method == "tools/call":
             return _ok(req_id, await _call(service, params, session, identity))
         if method == "openenv/session/create":
@@ -61,7 +63,7 @@ async def handle_jsonrpc(service: EnvService, body: Any, session: Session | None
             await service.close(service.get(target, identity))
             return _ok(req_id, {"session_id": target, "closed": True})
     except ProtocolError as exc:
-        code = INVALID_PARAMS if exc.code in (ErrorCode.SESSION_NOT_FOUND, ErrorCode.TASK_NOT_FOUND,
+        code = INVALID_PARAMS if exc.code in (ErrorCode.SESSION_NOT_FOUND, ErrorCode.TASK_NOT_FOUND, ErrorCode.UNKNOWN_PROFILE,
                                               ErrorCode.VALIDATION_ERROR, ErrorCode.INVALID_ACTION,
                                               ErrorCode.EPISODE_NOT_FOUND, ErrorCode.STEP_OUT_OF_RANGE,
                                               ErrorCode.FORK_UNAVAILABLE) else SERVER_ERROR

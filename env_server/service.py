@@ -26,10 +26,14 @@ from contract import (
     ContextSpec,
     EpisodeState,
     ErrorCode,
+    PROFILES,
     ResetParams,
     StateParams,
     SuspicionReason,
     SWEObservation,
+    ToolProfile,
+    UnknownProfile,
+    get_profile,
 )
 from sandbox import WarmPool
 from sandbox.models import ImageUnavailable, SandboxError, WorkspaceError
@@ -42,12 +46,11 @@ from .episode import Episode
 from .errors import ProtocolError
 from .gradings import GradingQueue
 from .metrics import Metrics
-from .tools import TOOL_SPECS
 from .traces import ForkPoint, TraceError, TraceStore, fork_point, not_found, state_at
 
 log = logging.getLogger(__name__)
 CLOSE_BEHIND_WAIT_S = 5.0  # a replaced episode's jail waits at most this long for its successor's first step
-_METRIC_TOOLS = frozenset({t.name for t in TOOL_SPECS} | {"list_tools"})
+_METRIC_TOOLS = frozenset({name for p in PROFILES.values() for name in p.names} | {"list_tools"})
 _SUSPICION_REASONS = frozenset(r.value for r in SuspicionReason)
 _ACTION = TypeAdapter(Action)
 
@@ -200,8 +203,12 @@ class EnvService:
         except ValidationError as exc:
             raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"invalid reset: {_errors(exc)}") from None
         fork: ForkPoint | None = None
+        profile = self.profile_of(params)
         if params.fork_of is not None:
             fork, task = await self.fork_point(params, identity)
+            if params.profile is not None and params.profile != fork.head.get("profile", "default"):
+                raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"profile {params.profile!r} is not episode "
+                                    f"{fork.episode_id!r}'s: a fork keeps the original's tools (leave profile out)")
         else:
             task = self.pick_task(params)
         # a task from the round robin is primed ahead by look_ahead: its claim does not refill it
@@ -218,7 +225,7 @@ class EnvService:
                                                          self.store, self.config.sandbox, self.config.episode,
                                                          self.cache, context=params.context, fork=fork,
                                                          owner=identity.name, pool=self.pool,
-                                                         refill_pool=not (rotating and ahead))
+                                                         refill_pool=not (rotating and ahead), profile=profile)
             except ImageUnavailable as exc:
                 raise ProtocolError(ErrorCode.IMAGE_UNAVAILABLE, f"could not start the sandbox: {exc}",
                                     error_source="env", image=exc.image, reason=exc.reason) from None
@@ -234,6 +241,14 @@ class EnvService:
             session.touch()
         self.metrics.resets.inc()
         return obs
+
+    @staticmethod
+    def profile_of(params: ResetParams) -> ToolProfile:
+        """The tool profile a reset asks for; UNKNOWN_PROFILE (naming the served ones) for another name."""
+        try:
+            return get_profile(params.profile)
+        except UnknownProfile as exc:
+            raise ProtocolError(ErrorCode.UNKNOWN_PROFILE, str(exc), profiles=list(PROFILES)) from None
 
     @staticmethod
     async def _start_episode(stepped: asyncio.Event, *args: Any, **kwargs: Any) -> tuple[Episode, SWEObservation]:

@@ -1,39 +1,83 @@
-"""The agent's tools: their execution against a sandbox (their schemas are the contract's, contract/actions.py).
+"""The agent's tools: their handlers against a sandbox (the tools themselves are the contract's registry,
+contract/tools.py).
 
-``submit`` is listed here but handled by the episode (it needs grading).
-Agent mistakes come back as a :class:`ToolOutcome` with a failure; sandbox
-infrastructure errors other than bad paths propagate as exceptions.
+A handler is registered for a tool's arguments model (``@handles(Model)``); an episode runs a call with
+the handler of its tool's model. A submitting tool (``submit``) has none: the episode grades. Agent
+mistakes come back as a :class:`ToolOutcome` with a failure; sandbox infrastructure errors other than
+bad paths propagate as exceptions.
 """
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from contract import TOOL_ARGS, TOOL_SPECS, BashArgs, CreateArgs, ErrorKind, StrReplaceArgs, ViewArgs
+from contract import (PROFILES, SUBSHELL_ENV, SUBSHELL_TIMEOUT_S, BashArgs, CreateArgs, ErrorKind, StrReplaceArgs,
+                      SubshellBashArgs, ToolProfile, ViewArgs)
 from sandbox.base import Sandbox
-from sandbox.models import PathError
+from sandbox.models import CommandStatus, PathError
 
 from .markers import ToolFailure, classify_command, classify_path_error, failure
 
-__all__ = ["TOOL_ARGS", "TOOL_SPECS", "ToolOutcome", "parse_arguments", "run_tool"]  # specs: the contract's
+__all__ = ["HANDLERS", "ToolContext", "ToolOutcome", "handles", "missing_handlers", "parse_arguments", "run_tool"]
 
 MAX_VIEW_CHARS = 64 * 1024
+
 
 class ToolOutcome(BaseModel):
     output: str
     failure: ToolFailure | None = None
-    files_changed: bool | None = None  # bash only: None when the sandbox cannot tell
+    ran_command: bool = False  # a shell command ran (it may have changed files even when it failed)
+    files_changed: bool | None = None  # commands only: None when the sandbox cannot tell
+    #: commands of a ``returncode``-style profile: the exit status (-1: none, e.g. timed out) and
+    #: what stopped the command, as mini-swe-agent reports them
+    returncode: int | None = None
+    exception_info: str | None = None
+    #: the patch a command submitted (a profile's sentinel line, then the patch); None: no submission
+    submission: str | None = None
+    #: the submission was cut at the sandbox's output limit (it cannot be graded as sent)
+    submission_cut: bool = False
 
 
-def parse_arguments(name: str, arguments: dict[str, Any]) -> BaseModel | ToolFailure:
-    """Validate a call's arguments against the tool's schema."""
-    model = TOOL_ARGS.get(name)
-    if model is None:
-        return failure(ErrorKind.unknown_tool, f"unknown tool {name!r}; available: {', '.join(TOOL_ARGS)}",
+class ToolContext(BaseModel):
+    """What a handler may need besides its arguments: the episode's sandbox policy and profile."""
+
+    model_config = ConfigDict(frozen=True)
+
+    blocked_tools: tuple[str, ...] = ()
+    max_timeout_s: float | None = None
+    submit_sentinel: str | None = None
+
+
+Handler = Callable[[Sandbox, Any, ToolContext], Awaitable[ToolOutcome]]
+#: the handler of each arguments model (one per tool entry of the contract's registry)
+HANDLERS: dict[type[BaseModel], Handler] = {}
+
+
+def handles(model: type[BaseModel]) -> Callable[[Handler], Handler]:
+    """Register the decorated coroutine as the handler of tools whose arguments model is ``model``."""
+    def register(handler: Handler) -> Handler:
+        HANDLERS[model] = handler
+        return handler
+    return register
+
+
+def missing_handlers(profiles: dict[str, ToolProfile] | None = None) -> list[str]:
+    """``profile/tool`` for every non-submitting tool of the registry no handler runs (a server refuses to start)."""
+    return [f"{p.name}/{t.name}" for p in (profiles or PROFILES).values() for t in p.tools
+            if not t.submits and t.args not in HANDLERS]
+
+
+def parse_arguments(profile: ToolProfile, name: str, arguments: dict[str, Any]) -> BaseModel | ToolFailure:
+    """Validate a call's arguments against the schema of the profile's tool ``name``."""
+    tool = profile.tool(name)
+    if tool is None:
+        return failure(ErrorKind.unknown_tool, f"unknown tool {name!r}; available: {', '.join(profile.names)}",
                        detail=name)
+    model = tool.args
     try:
         args = model.model_validate(arguments)
     except ValidationError as exc:
@@ -58,7 +102,46 @@ def _numbered(text: str, start: int, end: int | None) -> str:
     return out
 
 
-async def _view(sb: Sandbox, args: ViewArgs) -> ToolOutcome:
+@handles(BashArgs)
+async def _bash(sb: Sandbox, args: BashArgs, ctx: ToolContext) -> ToolOutcome:
+    timeout = args.timeout if ctx.max_timeout_s is None or args.timeout is None else min(args.timeout, ctx.max_timeout_s)
+    res = await sb.run(args.command, timeout_s=timeout)
+    return ToolOutcome(output=res.output, failure=classify_command(res, ctx.blocked_tools), ran_command=True,
+                       files_changed=res.files_changed)
+
+
+@handles(SubshellBashArgs)
+async def _subshell_bash(sb: Sandbox, args: SubshellBashArgs, ctx: ToolContext) -> ToolOutcome:
+    """mini-swe-agent's action: ``bash -c`` in a fresh subshell at /workspace with its environment
+    (nothing persists between commands), its timeout; a first output line that is the profile's
+    sentinel, with exit status 0, submits the rest of the output."""
+    timeout = SUBSHELL_TIMEOUT_S if ctx.max_timeout_s is None else min(SUBSHELL_TIMEOUT_S, ctx.max_timeout_s)
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in SUBSHELL_ENV.items())
+    res = await sb.run(f"(cd /workspace && exec env {env} bash -c {shlex.quote(args.command)})", timeout_s=timeout)
+    returncode = res.exit_code if res.exit_code is not None else -1
+    exception = None
+    if res.status is CommandStatus.timeout:
+        exception = f"An error occurred while executing the command: the command timed out after {timeout:g} seconds"
+    elif res.status is not CommandStatus.ok and res.exit_code is None:
+        exception = f"An error occurred while executing the command: it ended with status {res.status.value}"
+    outcome = ToolOutcome(output=res.output, failure=classify_command(res, ctx.blocked_tools), ran_command=True,
+                          files_changed=res.files_changed, returncode=returncode, exception_info=exception)
+    lines = res.output.lstrip().splitlines(keepends=True)
+    if (ctx.submit_sentinel is not None and lines and lines[0].strip() == ctx.submit_sentinel
+            and res.exit_code == 0 and res.status is CommandStatus.ok):
+        outcome.submission, outcome.submission_cut = "".join(lines[1:]), res.truncated
+    return outcome
+
+
+@handles(CreateArgs)
+async def _create(sb: Sandbox, args: CreateArgs, ctx: ToolContext) -> ToolOutcome:
+    data = args.content.encode("utf-8")
+    await sb.write_file(args.path, data)
+    return ToolOutcome(output=f"Created {args.path} ({len(data)} bytes).")
+
+
+@handles(ViewArgs)
+async def _view(sb: Sandbox, args: ViewArgs, ctx: ToolContext) -> ToolOutcome:
     try:
         data = await sb.read_file(args.path)
     except PathError as exc:
@@ -94,7 +177,8 @@ def _breaks_python(path: str, before: str, after: str) -> str | None:
     return None
 
 
-async def _str_replace(sb: Sandbox, args: StrReplaceArgs) -> ToolOutcome:
+@handles(StrReplaceArgs)
+async def _str_replace(sb: Sandbox, args: StrReplaceArgs, ctx: ToolContext) -> ToolOutcome:
     data = await sb.read_file(args.path)
     try:
         text = data.decode("utf-8")
@@ -132,23 +216,12 @@ def _find_all(text: str, needle: str) -> list[int]:
     return out
 
 
-async def run_tool(sb: Sandbox, name: str, args: BaseModel, *, blocked_tools: tuple[str, ...] = (),
-                   max_timeout_s: float | None = None) -> ToolOutcome:
-    """Run one parsed tool call (not ``submit``) in the sandbox."""
+async def run_tool(sb: Sandbox, args: BaseModel, ctx: ToolContext = ToolContext()) -> ToolOutcome:
+    """Run one parsed tool call (not a submitting tool's) in the sandbox, with its model's handler."""
+    handler = HANDLERS.get(type(args))
+    if handler is None:
+        raise ValueError(f"no handler runs tools with arguments {type(args).__name__}")
     try:
-        if isinstance(args, BashArgs):
-            timeout = args.timeout if max_timeout_s is None or args.timeout is None else min(args.timeout, max_timeout_s)
-            res = await sb.run(args.command, timeout_s=timeout)
-            return ToolOutcome(output=res.output, failure=classify_command(res, blocked_tools),
-                               files_changed=res.files_changed)
-        if isinstance(args, ViewArgs):
-            return await _view(sb, args)
-        if isinstance(args, StrReplaceArgs):
-            return await _str_replace(sb, args)
-        if isinstance(args, CreateArgs):
-            data = args.content.encode("utf-8")
-            await sb.write_file(args.path, data)
-            return ToolOutcome(output=f"Created {args.path} ({len(data)} bytes).")
+        return await handler(sb, args, ctx)
     except PathError as exc:
         return ToolOutcome(output="", failure=classify_path_error(exc))
-    raise ValueError(f"tool {name!r} is not run by run_tool")

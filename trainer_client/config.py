@@ -24,9 +24,10 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from contract import DEFAULT_PROMPT, DEFAULT_SUSPICION_POLICY, SUSPICION_POLICY_KEYS, SuspicionPolicy
+from contract import (DEFAULT_PROFILE, DEFAULT_PROMPT, DEFAULT_SUSPICION_POLICY, PROFILES, SUSPICION_POLICY_KEYS,
+                      SuspicionPolicy, UnknownProfile, get_profile)
 from contract.overrides import apply_overrides, read_yaml_mapping
 from env_client import ClientConfig
 
@@ -52,6 +53,8 @@ class EnvSection(_Section):
     urls: list[str] = Field(default_factory=list, description="env server replicas (http://host:port)")
     reset_keys: tuple[str, ...] = ("instance_id", "index", "seed")
     auto_submit: bool = True
+    profile: str = Field(DEFAULT_PROFILE, description="the tool profile episodes are reset with (contract/tools.py: "
+                         f"{', '.join(PROFILES)}); its tools are the policy's, its instructions data.prompt's default")
     max_output_chars: int = Field(8000, gt=0)
     client: ClientConfig = Field(default_factory=ClientConfig)
     suspicion_policy: dict[str, SuspicionPolicy] = Field(
@@ -60,6 +63,14 @@ class EnvSection(_Section):
         "SUSPICION_TABLE) and `reward_hacking`: keep (the reward stands), zero (0.0), mask (out of the loss, "
         "as an infra failure); zero wins over mask over keep. Keys not given keep their default "
         "(docs/grading.md, 'The monitor': each default follows the monitor's false positives on gold patches)")
+
+    @field_validator("profile")
+    @classmethod
+    def _known_profile(cls, value: str) -> str:
+        try:
+            return get_profile(value).name
+        except UnknownProfile as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("suspicion_policy", mode="before")
     @classmethod
@@ -79,7 +90,8 @@ class EnvSection(_Section):
 class DataSection(_Section):
     tasks: str | None = Field(None, description="JSON/JSONL task file; its instance_ids become the dataset")
     instance_ids: list[str] | None = None
-    prompt: str = DEFAULT_PROMPT
+    prompt: str = Field(DEFAULT_PROMPT, description="the user message before the issue (default: env.profile's "
+                        "instructions, contract ToolProfile.prompt)")
     repeat: int = Field(1, ge=1, description="copies of the task list in the dataset")
 
 
@@ -163,6 +175,13 @@ class RunConfig(_Section):
     output: OutputSection = Field(default_factory=OutputSection)
     replay: LiveReplaySection = Field(default_factory=LiveReplaySection)
     eval: EvalSection = Field(default_factory=EvalSection)
+
+    @model_validator(mode="after")
+    def _profile_prompt(self) -> "RunConfig":
+        """data.prompt not given: the instructions of env.profile (they say how its tools submit)."""
+        if "prompt" not in self.data.model_fields_set:
+            self.data.prompt = get_profile(self.env.profile).prompt
+        return self
 
     def task_rows(self) -> list[dict[str, Any]]:
         """The records of the task file (data.tasks: JSON list or JSONL)."""

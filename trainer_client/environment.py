@@ -22,17 +22,11 @@ import asyncio
 import inspect
 from typing import Any, ClassVar
 
-from contract import (DEFAULT_SUSPICION_POLICY, SuspicionDecision, SuspicionPolicy, format_tool_output,
-                      suspicion_decision, tool_docstring)
+from contract import (DEFAULT_SUSPICION_POLICY, SuspicionDecision, SuspicionPolicy, ToolProfile, format_tool_output,
+                      get_profile, suspicion_decision)
 from env_client import ClientConfig, EnvClient, EnvClientError, RemoteSession
 
-__all__ = ["EnvRuntime", "SweEnvironment", "make_environment_class"]
-
-
-def _described(method):
-    """Give a tool method the contract's docstring for the tool of the same name."""
-    method.__doc__ = tool_docstring(method.__name__)
-    return method
+__all__ = ["EnvRuntime", "SweEnvironment", "environment_class", "make_environment_class"]
 
 
 class EnvRuntime(EnvClient):
@@ -41,9 +35,15 @@ class EnvRuntime(EnvClient):
 
 
 class SweEnvironment:
-    """A remote SWE task session exposed to TRL as tools (use `make_environment_class`)."""
+    """A remote SWE task session exposed to TRL as tools (use `make_environment_class`).
+
+    The tools are not written here: `environment_class(profile)` adds one method per tool of a
+    profile of the contract's registry (contract/tools.py), whose signature and docstring TRL reads
+    as the tool's schema, so the policy sees each tool exactly as the env serves it."""
 
     runtime: ClassVar[EnvRuntime | None] = None
+    #: the tool profile episodes are reset with (its tools are this class's tool methods)
+    profile: ClassVar[ToolProfile] = get_profile(None)
     #: dataset-row columns forwarded to the server's reset (the rest of the row is ignored)
     reset_keys: ClassVar[tuple[str, ...]] = ("instance_id", "index", "seed")
     #: grade a rollout that never called submit when its reward is asked for
@@ -80,6 +80,8 @@ class SweEnvironment:
     # ------------------------------------------------------------ lifecycle
     def _reset_kwargs(self, row: dict) -> dict:
         kwargs = {k: row[k] for k in self.reset_keys if row.get(k) is not None}
+        if self.profile.name != get_profile(None).name:
+            kwargs["profile"] = self.profile.name
         if isinstance(row.get("prompt"), list) and row["prompt"]:  # a conversational row: TRL's presentation
             kwargs["context"] = {"prompt": row["prompt"], "tools": self.tool_schemas(),
                                  "max_output_chars": self.max_output_chars}
@@ -152,11 +154,17 @@ class SweEnvironment:
         TRL asks for rewards one environment after another; the trainer calls this for every rollout
         of a batch first, so the gradings of a GRPO group run at once on the env server instead of in
         turn (each grading is a fresh sandbox and a test run: seconds, mostly spent waiting)."""
+        submit = self._submit_tool()
         if (self.done or not self.auto_submit or self._session is None or self.infra_error is not None
-                or self._submitting is not None):
+                or self._submitting is not None or submit is None):
             return
         self._submitting = self.runtime.submit(
-            self._session.call_tool("submit", {}, metadata=self._turn_metadata(False)))
+            self._session.call_tool(submit, {}, metadata=self._turn_metadata(False)))
+
+    @classmethod
+    def _submit_tool(cls) -> str | None:
+        """The profile's submitting tool (None: it submits by a command's sentinel line only)."""
+        return next((t.name for t in cls.profile.tools if t.submits), None)
 
     def get_reward(self) -> float | None:
         """The env's reward for this rollout (grading on submit).
@@ -168,12 +176,17 @@ class SweEnvironment:
 
         Otherwise `suspicion_policy` decides from the graded observation's `reward_hacking` and
         `suspicious` flags: the reward stands (keep), becomes 0.0 (zero) or None (mask, as above).
+
+        A profile without a submitting tool (``bash-only``: mini-swe-agent's sentinel line) has no
+        auto-submit: a rollout that never printed its submission scores 0.0, as in that protocol.
         """
         submitting, self._submitting = self._submitting, None
+        submit = self._submit_tool()
         if submitting is not None and not self.done:
-            self._settle("submit", False, submitting.result)
-        elif not self.done and self.auto_submit and self._session is not None and self.infra_error is None:
-            self._call("submit", {}, record=False)
+            self._settle(submit or "submit", False, submitting.result)
+        elif (not self.done and self.auto_submit and self._session is not None and self.infra_error is None
+              and submit is not None):
+            self._call(submit, {}, record=False)
         if self.infra_error is not None:
             reward = self.infra_reward
         else:
@@ -182,30 +195,11 @@ class SweEnvironment:
         self._release()  # TRL has no teardown hook: free the server slot now
         return reward
 
-    # ------------------------------------------------------------ tools
-    # Each tool's docstring is the contract's (contract/actions.py TOOL_SPECS): TRL derives the
-    # schema the policy sees from it, so the policy sees each tool exactly as the env serves it.
-    @_described
-    def bash(self, command: str, timeout: float | None = None) -> str:
-        return self._call("bash", {"command": command, "timeout": timeout})
-
-    @_described
-    def view(self, path: str, start_line: int | None = None, end_line: int | None = None) -> str:
-        return self._call("view", {"path": path, "start_line": start_line, "end_line": end_line})
-
-    @_described
-    def str_replace(self, path: str, old: str, new: str) -> str:
-        return self._call("str_replace", {"path": path, "old": old, "new": new})
-
-    @_described
-    def create(self, path: str, content: str) -> str:
-        return self._call("create", {"path": path, "content": content})
-
-    @_described
-    def submit(self) -> str:
-        return self._call("submit", {})
-
     # ------------------------------------------------------------ plumbing
+    def _tool(self, tool_name: str, arguments: dict[str, Any]) -> str:
+        """What every generated tool method does (``Tool.method``): one call on the session."""
+        return self._call(tool_name, arguments)
+
     def _call(self, tool_name: str, arguments: dict[str, Any], record: bool = True) -> str:
         if self._session is None:
             return "Error: no active episode."
@@ -257,7 +251,7 @@ class SweEnvironment:
         return {"turn": self._turn, "assistant": pending}
 
     def _format(self, obs: dict) -> str:
-        return format_tool_output(obs, self.max_output_chars)
+        return format_tool_output(obs, self.max_output_chars, self.profile.output_style)
 
 
 def make_environment_class(
@@ -269,10 +263,12 @@ def make_environment_class(
     max_output_chars: int | None = None,
     offset: int = 0,
     suspicion_policy: dict[str, SuspicionPolicy] | None = None,
+    profile: str | None = None,
 ) -> type[SweEnvironment]:
     """A SweEnvironment subclass bound to a runtime for `urls` (TRL instantiates it with no args);
     `offset`: the replica pool's round-robin start (the trainer's process index); `suspicion_policy`:
-    the keys to change from `DEFAULT_SUSPICION_POLICY` (a config's `env.suspicion_policy`)."""
+    the keys to change from `DEFAULT_SUSPICION_POLICY` (a config's `env.suspicion_policy`); `profile`:
+    the tool profile (None: the default), whose tools become the class's methods."""
     attrs: dict[str, Any] = {"runtime": EnvRuntime(urls, config, offset=offset)}
     if suspicion_policy is not None:
         attrs["suspicion_policy"] = {**DEFAULT_SUSPICION_POLICY, **suspicion_policy}
@@ -282,4 +278,17 @@ def make_environment_class(
         attrs["auto_submit"] = auto_submit
     if max_output_chars is not None:
         attrs["max_output_chars"] = max_output_chars
-    return type("SweEnvironment", (SweEnvironment,), attrs)
+    return type("SweEnvironment", (environment_class(profile),), attrs)
+
+
+_CLASSES: dict[str, type[SweEnvironment]] = {}
+
+
+def environment_class(profile: str | None = None) -> type[SweEnvironment]:
+    """SweEnvironment with one method per tool of ``profile`` (None: the default), generated from the
+    contract's registry (no runtime yet: `make_environment_class` binds one)."""
+    chosen = get_profile(profile)
+    if chosen.name not in _CLASSES or _CLASSES[chosen.name].profile is not chosen:
+        _CLASSES[chosen.name] = type("SweEnvironment", (SweEnvironment,),
+                                     {"profile": chosen, **chosen.methods(SweEnvironment._tool)})
+    return _CLASSES[chosen.name]

@@ -133,7 +133,7 @@ def train(cfg: RunConfig, resume: bool = False):
     env_cls = make_environment_class(cfg.env.urls, cfg.env.client, reset_keys=cfg.env.reset_keys,
                                      auto_submit=cfg.env.auto_submit, max_output_chars=cfg.env.max_output_chars,
                                      offset=grpo.process_index,  # ranks start their sessions on different replicas
-                                     suspicion_policy=cfg.env.suspicion_policy)
+                                     suspicion_policy=cfg.env.suspicion_policy, profile=cfg.env.profile)
     jsonl = Path(cfg.output.metrics_jsonl or Path(grpo.output_dir) / "metrics.jsonl")
     stack = ExitStack()
     try:

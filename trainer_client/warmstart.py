@@ -393,6 +393,9 @@ def record_demos(cfg: Any, lazy: bool = True, stumble: bool = False,
         raise RunSetupError("no env server: pass --env-url or set env.urls")
     if not cfg.data.tasks:
         raise RunSetupError("the task file (--tasks) holds the gold patches it needs")
+    if cfg.env.profile != "default":
+        raise RunSetupError(f"warmstart records its demonstrations with the default profile's tools (view, "
+                            f"str_replace, submit): set env.profile=default (not {cfg.env.profile!r})")
     tasks = {str(r["instance_id"]): r for r in cfg.task_rows()}
     rows = [{"prompt": [{"role": "user", "content": cfg.data.prompt}], "instance_id": iid} for iid in cfg.instance_ids()]
     env_cls = make_environment_class(cfg.env.urls, cfg.env.client, reset_keys=cfg.env.reset_keys, auto_submit=False,

@@ -32,7 +32,7 @@ from typing import Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
-from contract import format_tool_output
+from contract import format_tool_output, get_profile
 from env_client import EnvClient
 from env_client.adapters import step_info
 from env_client.adapters.skyrl_dataset import ENV_ID, system_prompt, write_dataset
@@ -129,6 +129,8 @@ class SWEOpenEnv(BaseTextEnv):
         submit = _setting("submit_on_truncation", *sources)
         self.submit_on_truncation = True if submit is None else _flag(submit)
         self.max_turns = int(extras.get("max_turns") or _setting("max_turns", *sources) or 30)
+        #: the env's tool profile (contract/tools.py; ValueError naming the nearest for an unknown one)
+        self.profile = get_profile(_setting("profile", *sources))
         self.instance_id: str | None = extras.get("instance_id")
         self.episode_id: str | None = extras.get("episode_id")
         self.session = None
@@ -142,6 +144,8 @@ class SWEOpenEnv(BaseTextEnv):
         """Open the episode; the prompt's last message gets the issue (a bare prompt: the tool
         system prompt + the issue). Info: episode_id, instance_id, step."""
         reset = {k: v for k, v in (("instance_id", self.instance_id), ("episode_id", self.episode_id)) if v}
+        if self.profile.name != get_profile(None).name:
+            reset["profile"] = self.profile.name
         self.session = _shared_client(self.urls, self.token).open(**reset)
         obs = self.session.observation
         info = step_info(obs)
@@ -151,7 +155,8 @@ class SWEOpenEnv(BaseTextEnv):
         if messages:
             messages[-1]["content"] = f"{messages[-1].get('content') or ''}{issue}"
         else:
-            messages = [{"role": "system", "content": system_prompt()}, {"role": "user", "content": issue}]
+            messages = [{"role": "system", "content": system_prompt(profile=self.profile.name)},
+                        {"role": "user", "content": issue}]
         return messages, info
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
@@ -167,7 +172,7 @@ class SWEOpenEnv(BaseTextEnv):
         outputs, infos = [], []
         for name, arguments in calls:
             obs = self.session.call_tool(name, arguments)
-            outputs.append(format_tool_output(obs, self.max_output_chars))
+            outputs.append(format_tool_output(obs, self.max_output_chars, self.profile.output_style))
             infos.append(step_info(obs, name))
             self.calls += 1
             self.errors += "error_kind" in infos[-1]
@@ -183,11 +188,13 @@ class SWEOpenEnv(BaseTextEnv):
             outputs.append(problem)
         if not self.done and self.turns >= self.max_turns:  # the turn limit ends the episode
             metadata["truncated"] = True
-            if self.submit_on_truncation:  # graded: the hidden tests' reward
-                obs = self.session.call_tool("submit", {}, metadata={"origin": "client"})
-                infos.append(step_info(obs, "submit"))
+            submit = next((t.name for t in self.profile.tools if t.submits), None)
+            if self.submit_on_truncation and submit is not None:  # graded: the hidden tests' reward
+                obs = self.session.call_tool(submit, {}, metadata={"origin": "client"})
+                infos.append(step_info(obs, submit))
                 self._finish(obs)
-            else:  # abandoned: reward 0.0, the session closed unsubmitted (its trace ends ungraded)
+            else:  # abandoned (or a profile that submits by its sentinel line only): reward 0.0, the session
+                # closed unsubmitted (its trace ends ungraded)
                 self._finish({"done": True, "reward": 0.0})
         if self.done:
             metadata.update(self.final)

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from contract import TOOL_SPECS
+from contract import get_profile
 from env_client.errors import MissingDependencyError
 
 __all__ = ["ENV_ID", "USER_PROMPT", "build_parser", "dataset_rows", "main", "read_instance_ids", "system_prompt",
@@ -39,9 +39,12 @@ ENV_ID = "swe_openenv"
 USER_PROMPT = "Fix this issue:\n\n"
 
 
-def system_prompt(instructions: str = "Fix the issue below in the repository at /workspace, then call submit.") -> str:
-    """A system prompt listing the env's tools the way Hermes-format chat templates do."""
-    tools = "\n".join(json.dumps(spec.openai(), ensure_ascii=False) for spec in TOOL_SPECS)
+def system_prompt(instructions: str | None = None, profile: str | None = None) -> str:
+    """A system prompt listing the tools of ``profile`` (None: the default) the way Hermes-format chat
+    templates do, after ``instructions`` (None: the profile's own, the contract's one prompt)."""
+    chosen = get_profile(profile)
+    instructions = chosen.instructions if instructions is None else instructions
+    tools = "\n".join(json.dumps(spec.openai(), ensure_ascii=False) for spec in chosen.specs())
     return (f"{instructions}\n\n# Tools\n\nYou may call one or more functions.\n<tools>\n{tools}\n</tools>\n\n"
             "For each call, reply with a JSON object inside <tool_call></tool_call> tags:\n"
             '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')

@@ -8,9 +8,11 @@ each an MCP server. Here:
 - `SWETaskset` loads the tasks (instance id + issue) from the env's task file;
 - `SWETask` serves one `SWEToolset` per rollout, scores the hidden tests' reward (`@reward`)
   and stops the rollout once the episode is graded (`@stop`);
-- `SWEToolset` (TOOL_PREFIX None: the tools are `bash`, `view`, `str_replace`, `create`,
-  `submit`, as the env names them) opens a session on a running replica for its rollout
-  (reset with the task's instance id) and forwards each MCP tool call the harness parsed from
+- `SWEToolset` (TOOL_PREFIX None: the tools are those of the configured tool profile, as the
+  env names them; `tools.profile`, default `default`: `bash`, `view`, `str_replace`, `create`,
+  `submit`; `bash-only`: mini-swe-agent's one `bash`) serves one MCP tool per tool of the profile,
+  generated from the contract's registry; it opens a session on a running replica for its rollout
+  (reset with the task's instance id and the profile) and forwards each MCP tool call the harness parsed from
   the model's tool calls; the tool result is the env's output (with the error message of a
   failed call). The rollout's typed state (`SWEState`, on `trace.state`) carries the
   `episode_id`, `instance_id`, and per step the tool name and, for a failed call, the
@@ -37,7 +39,7 @@ from typing import Any
 import verifiers.v1 as vf
 from pydantic import Field, SecretStr
 
-from contract import format_tool_output, tool_docstring
+from contract import DEFAULT_PROFILE, PROFILES, format_tool_output, get_profile
 from env_client import ClientConfig, ReplicaPool
 from env_client.adapters import step_info
 from env_client.config import TOKEN_ENV
@@ -47,8 +49,6 @@ __all__ = ["URLS_ENV", "SWEState", "SWETask", "SWETaskConfig", "SWETaskset", "SW
 
 #: comma-separated replica URLs, read when the config names none
 URLS_ENV = "SWE_OPENENV_URLS"
-INSTRUCTIONS = ("Fix the issue below in the repository at /workspace using the tools, then call `submit` "
-                "(your changes are graded by hidden tests).\n\n")
 
 
 class SWEState(vf.State):
@@ -68,6 +68,7 @@ class SWEToolsetConfig(vf.ToolsetConfig):
     urls: list[str] = Field(default_factory=list, description=f"env replica URLs (empty: ${URLS_ENV})")
     token_var: str = Field(TOKEN_ENV, description="environment variable holding the replicas' bearer token")
     max_output_chars: int | None = Field(None, gt=0, description="tool output kept (head and tail)")
+    profile: str = Field(DEFAULT_PROFILE, description=f"the env's tool profile ({', '.join(PROFILES)})")
 
 
 class SWEToolset(vf.Toolset[SWEToolsetConfig, SWEState]):
@@ -86,12 +87,21 @@ class SWEToolset(vf.Toolset[SWEToolsetConfig, SWEState]):
     async def setup_task(self, task: vf.TaskData) -> None:
         """Open this rollout's episode: reset with the task's instance id. (The session ends at
         submit, or with this server's process: the replica closes a disconnected session.)"""
-        self.session, _ = await self.pool.open_session(**({"instance_id": task.id} if task.id else {}))
+        reset = {"instance_id": task.id} if task.id else {}
+        if self.config.profile != DEFAULT_PROFILE:
+            reset["profile"] = self.config.profile
+        self.session, _ = await self.pool.open_session(**reset)
 
-    async def _call(self, name: str, **arguments: Any) -> str:
+    def register(self, mcp: Any) -> None:
+        """One MCP tool per tool of the configured profile, generated from its contract entry
+        (``Tool.method``: the tool's parameters are the method's, its docstring the description)."""
+        for name, method in get_profile(self.config.profile).methods(SWEToolset._tool, asynchronous=True).items():
+            mcp.add_tool(self._with_state(method.__get__(self)), name=name, description=method.__doc__.strip())
+
+    async def _tool(self, name: str, arguments: dict[str, Any]) -> str:
         if self.session is None:
             return "error: the episode is over (submitted); no further tool calls run"
-        observation = await self.session.call_tool(name, {k: v for k, v in arguments.items() if v is not None})
+        observation = await self.session.call_tool(name, arguments)
         info = step_info(observation, name)
         state = self.state
         state.episode_id, state.instance_id = info.get("episode_id"), info.get("instance_id")
@@ -100,31 +110,8 @@ class SWEToolset(vf.Toolset[SWEToolsetConfig, SWEState]):
             state.done, state.reward, state.resolved = True, observation.get("reward"), info.get("resolved")
             session, self.session = self.session, None
             await self.pool.release(session)  # free the replica's slot; the trace stays on the server
-        return format_tool_output(observation, self.config.max_output_chars)
-
-    @vf.tool
-    async def bash(self, command: str, timeout: float | None = None) -> str:
-        return await self._call("bash", command=command, timeout=timeout)
-
-    @vf.tool
-    async def view(self, path: str, start_line: int | None = None, end_line: int | None = None) -> str:
-        return await self._call("view", path=path, start_line=start_line, end_line=end_line)
-
-    @vf.tool
-    async def str_replace(self, path: str, old: str, new: str) -> str:
-        return await self._call("str_replace", path=path, old=old, new=new)
-
-    @vf.tool
-    async def create(self, path: str, content: str) -> str:
-        return await self._call("create", path=path, content=content)
-
-    @vf.tool
-    async def submit(self) -> str:
-        return await self._call("submit")
-
-    # the env's own tool descriptions (MCP takes a tool's description from its docstring)
-    bash.__doc__, view.__doc__, str_replace.__doc__, create.__doc__, submit.__doc__ = (
-        tool_docstring(name) for name in ("bash", "view", "str_replace", "create", "submit"))
+        return format_tool_output(observation, self.config.max_output_chars,
+                                  get_profile(self.config.profile).output_style)
 
 
 class SWETaskConfig(vf.TaskConfig):
@@ -174,7 +161,7 @@ class SWETaskset(vf.Taskset[SWETask, SWETasksetConfig]):
             if keep and row["instance_id"] not in keep:
                 continue
             data = vf.TaskData(id=row["instance_id"], name=row["instance_id"],
-                               prompt=INSTRUCTIONS + row["problem_statement"])
+                               prompt=get_profile(self.config.task.tools.profile).prompt + row["problem_statement"])
             tasks.append(SWETask(data, self.config.task))
         return tasks
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from transformers.utils import get_json_schema
 
-from contract import (AGENT_HINT_KEYS, ERROR_KIND_TABLE, HINT_KEYS, TOOL_SPECS, ChatMessage, ErrorKind, NextAction,
-                      StateRecord, SWEObservation)
+from contract import (AGENT_HINT_KEYS, ERROR_KIND_TABLE, HINT_KEYS, PROFILES, TOOL_SPECS, ChatMessage, ErrorKind,
+                      NextAction, StateRecord, SWEObservation, get_profile)
 from env_server.markers import KIND_TABLE, failure
-from trainer_client.environment import SweEnvironment
+from trainer_client.environment import environment_class
 from trainer_client.losses import ErrorSite, load_hint_source
 from trainer_client.losses.pairs import load_pairs
 from trainer_client.pair_records import PairProvenance, PairRecord, ToolCall
@@ -43,12 +44,15 @@ def test_the_env_markers_are_the_contract_table():
         assert (key, source) == (ERROR_KIND_TABLE[kind].hint_template_key, ERROR_KIND_TABLE[kind].error_source)
 
 
-def test_the_trainer_describes_each_tool_exactly_as_the_env_serves_it():
-    served = {spec.name: spec.openai()["function"] for spec in TOOL_SPECS}
-    methods = {name for name in served if callable(getattr(SweEnvironment, name, None))}
-    assert methods == set(served)
+@pytest.mark.parametrize("profile", list(PROFILES))
+def test_the_trainer_describes_each_tool_exactly_as_the_env_serves_it(profile):
+    specs = TOOL_SPECS if profile == "default" else get_profile(profile).specs()
+    served = {spec.name: spec.openai()["function"] for spec in specs}
+    env_class = environment_class(profile)
+    methods = {name for name in served if callable(getattr(env_class, name, None))}
+    assert methods == set(served) == set(env_class.tool_methods())
     for name, spec in served.items():
-        schema = get_json_schema(getattr(SweEnvironment, name))  # what TRL shows the policy
+        schema = get_json_schema(getattr(env_class, name))  # what TRL shows the policy
         assert schema["function"]["name"] == name
         assert schema["function"]["description"] == spec["description"], name
         params = schema["function"]["parameters"]

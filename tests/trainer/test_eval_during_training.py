@@ -20,12 +20,16 @@ def test_policy_tools_are_what_trl_shows_the_policy():
     get_json_schema of the trainer's tool methods, in TRL's order: evaluation and training show one thing."""
     from transformers.utils import get_json_schema
 
-    from contract import policy_tools
-    from trainer_client.environment import SweEnvironment
+    from contract import PROFILES, policy_tools
+    from trainer_client.environment import environment_class
 
-    trained = [get_json_schema(getattr(SweEnvironment, name)) for name in SweEnvironment.tool_methods()]
-    assert policy_tools() == trained
+    for profile in PROFILES:
+        env_class = environment_class(profile)
+        trained = [get_json_schema(getattr(env_class, name)) for name in env_class.tool_methods()]
+        assert policy_tools(profile) == trained, profile
+    assert policy_tools(None) == policy_tools("default")
     assert [t["function"]["name"] for t in policy_tools()] == ["bash", "create", "str_replace", "submit", "view"]
+    assert [t["function"]["name"] for t in policy_tools("bash-only")] == ["bash"]
 
 
 def test_train_evaluates_held_out_tasks_with_the_training_model(toolcaller, small_pack_file, real_env_url, tmp_path):
