@@ -14,7 +14,8 @@ changelog as the statement (``source: release-diff``). Both write ``tasks.jsonl`
 
 from verifier.task import TaskRecord
 
-from .build import DEFAULT_MIN_TASKS, build_tasks, default_cache_dir
+from .build import DEFAULT_MIN_TASKS, build_tasks
+from .cache import default_cache_dir
 from .mine import mine_tasks
 from .models import BuildReport, MineReport, MineSpec, PackageReport, PackageSpec
 from .packages import CATALOG, DEFAULT_PACKAGES

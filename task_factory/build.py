@@ -5,7 +5,8 @@ run its suite twice (stable passing tests), then try seeded mutations one at a
 time. A mutation becomes a task when, over two runs, some stable tests fail
 (FAIL_TO_PASS) while the other tests of their files pass (PASS_TO_PASS), and the
 gold patch (bug commit -> clean commit) applied with ``git apply`` makes them all
-pass. Every pytest verdict is cached, so a rebuild only replays git work.
+pass. The written task is then checked by the verifier (``check.py``: gold patch 1.0, empty diff
+0.0, in a sandbox). Every verdict is cached (``verdicts.py``), so a rebuild only replays git work.
 """
 
 from __future__ import annotations
@@ -14,16 +15,18 @@ import fnmatch
 import hashlib
 import json
 import math
-import os
 import random
 import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from sandbox import DEFAULT_BACKEND
 from verifier.task import TaskRecord
 
 from . import gitrepo
+from .cache import claim_slot, default_cache_dir
+from .check import NO_CHECK, check_record
 from .envs import cached_env, install_env, requirements
 from .models import BuildReport, CandidateVerdict, Mutation, PackageReport, PackageSpec, RunResult, TaskProvenance
 from .mutate import Edit, apply_edit, find_mutations, parses
@@ -32,45 +35,38 @@ from .runner import PytestRunner
 from .sources import TaskgenError, pristine_tree
 from . import reproducer
 from .statement import Evidence, Style, leaks, problem_statement, reveals_tests
+from .verdicts import VerdictCache, safe_nodeid
 
 DEFAULT_MIN_TASKS = 30
 DEFAULT_TASKS_PER_PACKAGE = 6
 MAX_FAIL_TO_PASS = 25
 MAX_PASS_TO_PASS = 120
 ATTEMPTS_PER_TASK = 8
-# Bump when the way verdicts are computed changes: it invalidates cached verdicts.
-VERDICT_VERSION = "4"
-# Bump when the same inputs would give different tasks (ordering, statements, ids).
-BUILDER_VERSION = "10"
+# Bump when the same inputs would give different tasks (ordering, statements, ids, the check).
+# (Cached verdicts have their own version: verdicts.VERDICT_VERSION.)
+BUILDER_VERSION = "11"
 # Failing tests tried, in order, for a reproducer the statement can carry.
 REPRODUCER_TRIES = 6
 # Why no statement could be written, from the earliest stage to the latest; a candidate is
 # rejected for the latest stage any of its failing tests reached.
 STATEMENT_REJECTIONS = ("no_reproducer", "reproducer_passes_on_bug", "reproducer_fails_on_fix",
                         "no_public_entry_point", "statement_leaks")
-# Node ids that pass unchanged through a shell command line and JUnit XML.
-_SAFE_NODEID = re.compile(r"^[\x21-\x7e]+$")
-_UNSAFE_CHARS = set("\\'\"`$;&|<>")
 
 Log = Callable[[str], None]
-
-
-def default_cache_dir() -> Path:
-    """$SWE_OPENENV_TASKGEN_CACHE, else ``~/.cache/swe-openenv/taskgen``."""
-    env = os.environ.get("SWE_OPENENV_TASKGEN_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "swe-openenv" / "taskgen"
 
 
 def build_tasks(out_dir: str | Path, packages: list[str] | None = None, seed: int = 0,
                 max_tasks: int | None = None, min_tasks: int | None = None, *,
                 tasks_per_package: int | None = None, cache_dir: str | Path | None = None,
-                log: Log | None = None, statement_style: Style = "report") -> BuildReport:
+                log: Log | None = None, statement_style: Style = "report", check: str = DEFAULT_BACKEND) -> BuildReport:
     """Build tasks into ``out_dir`` (tasks.jsonl, repos/, envs/, build_report.json).
 
     ``max_tasks`` caps the total (spread evenly over the packages; a package that falls short is
     made up by the others, one more task each in turn, up to ``max_tasks`` or else ``min_tasks``);
     ``min_tasks`` (default: 30, or ``max_tasks`` when smaller) decides ``report.ok``;
-    ``statement_style``: ``report`` (a user's bug report) or ``verbose`` (test id, source, error).
+    ``statement_style``: ``report`` (a user's bug report) or ``verbose`` (test id, source, error);
+    ``check``: the sandbox backend in which the verifier checks each task before it is kept (gold 1.0,
+    empty 0.0; ``check_failed`` otherwise), or ``none``.
     """
     start = time.monotonic()
     out = Path(out_dir).resolve()
@@ -113,7 +109,7 @@ def build_tasks(out_dir: str | Path, packages: list[str] | None = None, seed: in
         reports.append(report)
         if left <= 0:
             continue
-        builder = _PackageBuilder(spec, out, cache, seed, say, statement_style)
+        builder = _PackageBuilder(spec, out, cache, seed, say, statement_style, check)
         builder.attempt_cap = left * ATTEMPTS_PER_TASK
         stream = builder.build(report)
         built.append((builder, report))
@@ -146,7 +142,7 @@ def build_tasks(out_dir: str | Path, packages: list[str] | None = None, seed: in
     tmp.replace(tasks_file)
     result = BuildReport(builder_version=BUILDER_VERSION, out_dir=str(out), tasks_file=str(tasks_file), seed=seed,
                          statement_style=statement_style,
-                         n_tasks=len(tasks),
+                         n_tasks=len(tasks), check=check,
                          min_tasks=min_tasks, packages=reports, provenance=provenance,
                          duration_s=round(time.monotonic() - start, 2), pytest_runs=runs)
     (out / "build_report.json").write_text(result.model_dump_json(indent=2) + "\n")
@@ -157,10 +153,9 @@ class _PackageBuilder:
     """Builds the tasks of one package (one repo, one venv, one cache folder)."""
 
     def __init__(self, spec: PackageSpec, out: Path, cache: Path, seed: int, say: Log,
-                 statement_style: Style = "report") -> None:
+                 statement_style: Style = "report", check: str = DEFAULT_BACKEND) -> None:
         self.spec, self.out, self.cache, self.seed, self.say = spec, out, cache, seed, say
-        self.statement_style = statement_style
-        self.results = cache / "results" / spec.key
+        self.statement_style, self.check = statement_style, check
         self.runner: PytestRunner | None = None
         self.attempt_cap = ATTEMPTS_PER_TASK  # candidates judged at most (build_tasks raises it per task asked)
 
@@ -174,7 +169,12 @@ class _PackageBuilder:
     # -- setup -----------------------------------------------------------------------------
     def build(self, report: PackageReport):
         """The package's tasks, one at a time, while candidates last and fewer than ``attempt_cap``
-        were judged (the caller raises the cap to ask for more)."""
+        were judged (the caller raises the cap to ask for more). The work tree the candidates are
+        judged in is this build's own (``cache.claim_slot``) until the stream ends or is closed."""
+        with claim_slot(self.cache / "work", self.spec.key) as work:
+            yield from self._build(report, work)
+
+    def _build(self, report: PackageReport, work: Path):
         spec = self.spec
         pristine = pristine_tree(spec, self.cache)
         install_env(spec, self.cache, self.out / "envs" / spec.key)
@@ -182,13 +182,12 @@ class _PackageBuilder:
                                    spec.test_paths)
         self.repo = self.out / "repos" / spec.key
         self.clean = gitrepo.init_clean(pristine, self.repo, f"Import {spec.name} {spec.version} from its sdist")
-        self.work = self.cache / "work" / spec.key
+        self.work = work
         work_clean = gitrepo.init_clean(pristine, self.work, f"Import {spec.name} {spec.version} from its sdist")
         if work_clean != self.clean:
             raise TaskgenError("work tree and repository disagree on the clean commit")
-        self.fingerprint = hashlib.sha256(
-            json.dumps([VERDICT_VERSION, self.clean, requirements(spec), str(self.runner.env.name)]).encode()
-        ).hexdigest()[:16]
+        self.verdicts = VerdictCache(self.cache, "synthetic-mutation", spec.key, self.clean, requirements(spec),
+                                     str(self.runner.env.name))
         stable, duration = self.baseline()
         report.baseline_passing = len(stable)
         if not stable:
@@ -228,8 +227,7 @@ class _PackageBuilder:
         r2 = self.runner.run(self.work, timeout_s=600)
         if r1.timed_out or not r1.tests:
             raise TaskgenError(f"baseline run failed: {r1.output_tail[-600:]}")
-        stable = {t for t in r1.ids("passed") & r2.ids("passed")
-                  if _SAFE_NODEID.match(t) and "::" in t and not _UNSAFE_CHARS & set(t)}
+        stable = {t for t in r1.ids("passed") & r2.ids("passed") if safe_nodeid(t)}
         self._store("baseline", {"stable": sorted(stable), "duration": max(r1.duration_s, r2.duration_s)})
         return stable, max(r1.duration_s, r2.duration_s)
 
@@ -324,7 +322,8 @@ class _PackageBuilder:
     # -- output ----------------------------------------------------------------------------
     def make_task(self, mut: Mutation, edit: Edit, src: str,
                   verdict: CandidateVerdict) -> tuple[TaskRecord, TaskProvenance] | str:
-        """The task of an accepted mutation, or why it was dropped ("gold_failed", or a ``STATEMENT_REJECTIONS`` reason)."""
+        """The task of an accepted mutation, or why it was dropped ("gold_failed", a ``STATEMENT_REJECTIONS``
+        reason, or "check_failed": the verifier does not grade its gold patch 1.0 and an empty diff 0.0)."""
         spec = self.spec
         buggy = apply_edit(src, edit)
         bug = gitrepo.commit_change(self.repo, self.clean, mut.path, buggy, f"{spec.name} {spec.version}")
@@ -345,6 +344,11 @@ class _PackageBuilder:
             version=spec.version, environment_setup_commit=bug,
             repo_path=f"repos/{spec.key}", python_env=f"envs/{spec.key}",
         )
+        if self.check != NO_CHECK:
+            failed = check_record(record, self.out, self.check, self.verdicts)
+            if failed:
+                self.log(f"{instance_id}: the verifier's check fails ({self.check}): {failed}"[:300])
+                return "check_failed"
         return record, TaskProvenance(instance_id=instance_id, package=spec.key, mutation=mut,
                                       entry_point=evidence.entry_point, reproducer=evidence.reproducer.code)
 
@@ -414,18 +418,10 @@ class _PackageBuilder:
 
     # -- cache -----------------------------------------------------------------------------
     def _load(self, key: str) -> dict | None:
-        p = self.results / self.fingerprint / f"{key}.json"
-        try:
-            return json.loads(p.read_text())
-        except (OSError, ValueError):
-            return None
+        return self.verdicts.load(key)
 
     def _store(self, key: str, value: dict) -> None:
-        d = self.results / self.fingerprint
-        d.mkdir(parents=True, exist_ok=True)
-        tmp = d / f".{key}.tmp"
-        tmp.write_text(json.dumps(value, sort_keys=True))
-        tmp.replace(d / f"{key}.json")
+        self.verdicts.store(key, value)
 
 
 def seeded_order(groups: dict[tuple[bool, str], list], rng: random.Random):

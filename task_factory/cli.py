@@ -11,6 +11,7 @@ from contract.extras import missing_extra
 from sandbox import DEFAULT_BACKEND, backend_names
 
 from .build import DEFAULT_TASKS_PER_PACKAGE, build_tasks
+from .check import check_choices
 from .packages import CATALOG
 from .release_catalog import MINE_CATALOG
 from .sources import TaskgenError
@@ -32,6 +33,7 @@ def add_task_commands(sub: argparse._SubParsersAction) -> None:
     build.add_argument("--statement", choices=STYLES, default="report",
                        help="report: a user's bug report with a reproducer written from the failing assertion "
                             "(default); verbose: the failing test's id, source and error")
+    _check_option(build)
     build.add_argument("--quiet", action="store_true")
     build.set_defaults(func=_build)
 
@@ -46,8 +48,7 @@ def add_task_commands(sub: argparse._SubParsersAction) -> None:
     mine.add_argument("--min-tasks", type=int, default=None, help="fail (exit 1) below this many (default 20)")
     mine.add_argument("--max-patch-lines", type=int, default=None, metavar="N",
                       help="reject pairs whose gold patch changes more lines (default and ceiling 200)")
-    mine.add_argument("--check", choices=["host", "bwrap", "none"], default="host",
-                      help="grade each kept task (gold 1.0, empty 0.0) before writing it (default host)")
+    _check_option(mine)
     mine.add_argument("--cache-dir", type=Path, default=None,
                       help="downloads, envs and verdicts (default $SWE_OPENENV_TASKGEN_CACHE or ~/.cache)")
     mine.add_argument("--quiet", action="store_true")
@@ -55,8 +56,8 @@ def add_task_commands(sub: argparse._SubParsersAction) -> None:
 
     validate = sub.add_parser("validate", help="grade every task: gold patch -> 1.0, empty diff -> 0.0")
     validate.add_argument("file", type=Path, help="SWE-bench-format JSON/JSONL task file with local repo_path")
-    validate.add_argument("--backend", choices=[*backend_names(), "host"], default=DEFAULT_BACKEND,
-                          help="sandbox used by the grader; 'host' runs the tests without a sandbox")
+    _one_of(validate, "--backend", backend_names(), default=DEFAULT_BACKEND,
+            help=f"the sandbox the verifier grades in (default {DEFAULT_BACKEND})")
     validate.add_argument("--concurrency", type=int, default=2)
     validate.add_argument("--statements", action="store_true",
                           help="also check each synthetic-mutation task's statement: its reproducer fails on the base "
@@ -96,6 +97,27 @@ def add_task_commands(sub: argparse._SubParsersAction) -> None:
     add_import_command(sub)
 
 
+def _one_of(parser: argparse.ArgumentParser, option: str, names: tuple[str, ...], **kwargs) -> None:
+    """``option`` takes one of ``names``; a wrong value is one line naming them (argparse's own error
+    prints the usage first), and ``host``, the task factory's removed grader, is named as such."""
+
+    class OneOf(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None) -> None:
+            if values not in names:
+                gone = (" (there is no host grader: tasks are checked by the verifier in a sandbox)"
+                        if values == "host" else "")
+                parser.exit(2, f"{parser.prog}: {option_string} {values}: not one of {', '.join(names)}{gone}\n")
+            setattr(namespace, self.dest, values)
+
+    parser.add_argument(option, action=OneOf, metavar="{" + ",".join(names) + "}", **kwargs)
+
+
+def _check_option(parser: argparse.ArgumentParser) -> None:
+    _one_of(parser, "--check", check_choices(), default=DEFAULT_BACKEND,
+            help="check each task before writing it: the verifier grades its gold patch (1.0) and an empty diff "
+                 f"(0.0) in this sandbox (default {DEFAULT_BACKEND}); none: write it unchecked")
+
+
 def _packages(args: argparse.Namespace) -> list[str] | None:
     """``--packages a b,c`` -> ``[a, b, c]`` (None: the catalog's)."""
     return [p for item in args.packages for p in item.split(",") if p] if args.packages else None
@@ -115,7 +137,7 @@ def _build(args: argparse.Namespace) -> int:
     try:
         report = build_tasks(args.out, packages=packages, seed=args.seed, max_tasks=args.max_tasks,
                              min_tasks=args.min_tasks, tasks_per_package=args.tasks_per_package,
-                             cache_dir=args.cache_dir, log=log, statement_style=args.statement)
+                             cache_dir=args.cache_dir, log=log, statement_style=args.statement, check=args.check)
     except (KeyError, ValueError, TaskgenError) as exc:
         print(f"task-factory build: {exc}", file=sys.stderr)
         return 2
@@ -124,7 +146,7 @@ def _build(args: argparse.Namespace) -> int:
         detail = p.error or _reasons(p.rejected)
         print(f"{p.package:<24} {p.tasks:>5} {p.candidates_tried:>5}  {detail}")
     print(f"{report.n_tasks} task(s) in {report.tasks_file} ({report.duration_s:.1f}s, "
-          f"{report.pytest_runs} pytest run(s)); minimum {report.min_tasks}: {'ok' if report.ok else 'NOT MET'}")
+          f"{report.pytest_runs} pytest run(s), check: {report.check}); minimum {report.min_tasks}: {'ok' if report.ok else 'NOT MET'}")
     return 0 if report.ok else 1
 
 
@@ -220,11 +242,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _missing_extra(args: argparse.Namespace) -> str | None:
     """The one line naming the extra this command needs, when it is not installed (None: it can run).
-    The bwrap sandbox and the host need no extra; the Docker backend needs the Docker SDK of the
-    ``env`` extra, and Parquet files pyarrow of the ``datasets`` extra."""
+    The bwrap sandbox needs no extra; the Docker backend (``--backend``, ``--check``) needs the Docker SDK
+    of the ``env`` extra, and Parquet files pyarrow of the ``datasets`` extra."""
     command = f"task-factory {args.tasks_command}"
-    if getattr(args, "backend", None) == "docker":
-        return missing_extra(f"{command} --backend docker", "env", ("docker",))
+    for option in ("backend", "check"):
+        if getattr(args, option, None) == "docker":
+            return missing_extra(f"{command} --{option} docker", "env", ("docker",))
     if any(str(f).endswith(".parquet") for f in getattr(args, "files", None) or ()):
         return missing_extra(f"{command} (Parquet)", "datasets", ("pyarrow",))
     return None

@@ -14,11 +14,12 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 from pathlib import Path
 
 from sandbox.git import run_git
 from verifier.junit import parse_junit
+
+from .cache import ensure_entry
 
 VERSION = "six-demo-v2"
 _IDENTITY = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
@@ -94,19 +95,12 @@ def _build(dest: Path) -> None:
 
 
 def demo_tasks_file(cache_dir: Path | None = None) -> Path:
-    """Path of the demo ``tasks.jsonl`` (built on first use, then cached)."""
+    """Path of the demo ``tasks.jsonl`` (built on first use, then cached: ``cache.ensure_entry``)."""
     root = Path(cache_dir or os.environ.get("SWE_OPENENV_CACHE") or Path.home() / ".cache" / "swe-openenv")
     dest = root / "demo-tasks" / VERSION
-    if (dest / "tasks.jsonl").exists():
-        return dest / "tasks.jsonl"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=".build-"))
-    try:
-        _build(tmp)
-        try:
-            tmp.rename(dest)
-        except OSError:  # built concurrently by another process
-            pass
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return dest / "tasks.jsonl"
+
+    def make(work: Path) -> tuple[Path, str]:
+        _build(work)
+        return work, VERSION + "\n"
+
+    return ensure_entry(dest, make, ready=lambda: (dest / "tasks.jsonl").exists()) / "tasks.jsonl"

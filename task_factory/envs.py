@@ -14,8 +14,10 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+from .cache import ensure_entry, locked
 from .models import PackageSpec
 from .packages import PYTEST_REQUIREMENTS
 from .sources import TaskgenError
@@ -45,42 +47,53 @@ def requirements(spec: PackageSpec) -> list[str]:
 
 
 def _wheels(reqs: list[str], cache_dir: Path) -> Path:
-    """Download the pinned wheels once into ``cache_dir/wheels``."""
+    """Download the pinned wheels once into ``cache_dir/wheels`` (under its lock; each wheel renamed into place)."""
     wheels = cache_dir / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    have = {p.name.split("-")[0].lower().replace("_", "-") + "==" + p.name.split("-")[1] for p in wheels.glob("*.whl")}
-    missing = [r for r in reqs if r.lower().replace("_", "-") not in have]
-    if missing:
-        _run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
-              "--only-binary", ":all:", "-d", str(wheels), *missing], f"pip download {missing}")
+
+    def missing() -> list[str]:
+        have = {p.name.split("-")[0].lower().replace("_", "-") + "==" + p.name.split("-")[1]
+                for p in wheels.glob("*.whl")}
+        return [r for r in reqs if r.lower().replace("_", "-") not in have]
+
+    if missing():
+        with locked(wheels):
+            todo = missing()
+            if todo:
+                with tempfile.TemporaryDirectory(prefix=".wheels.", dir=wheels.resolve().parent) as tmp:
+                    _run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+                          "--no-deps", "--only-binary", ":all:", "-d", tmp, *todo], f"pip download {todo}")
+                    for wheel in Path(tmp).glob("*.whl"):
+                        os.replace(wheel, wheels.resolve() / wheel.name)
     return wheels
 
 
 def cached_env(spec: PackageSpec, cache_dir: Path) -> Path:
-    """The package's venv under ``cache_dir/envs``, built once per (requirements, interpreter)."""
+    """The package's venv under ``cache_dir/envs``, built once per (requirements, interpreter): in a
+    private folder, renamed into place under the entry's lock (``cache.ensure_entry``), so concurrent
+    runs on one cache never use a venv another is building or replacing."""
     python = base_python()
     version = _run([python, "-c", "import sys; print(sys.version.split()[0])"], "probe python").strip()
     reqs = requirements(spec)
     digest = hashlib.sha256("\n".join([python, version, spec.import_root, *reqs]).encode()).hexdigest()[:12]
-    env = cache_dir / "envs" / f"{spec.key}-{digest}"
-    marker = env.with_name(env.name + ".complete")
-    if marker.exists() and env.is_dir():
-        return env
-    wheels = _wheels(reqs, cache_dir)
-    shutil.rmtree(env, ignore_errors=True)
-    _run([python, "-m", "venv", "--without-pip", str(env)], "create venv")
-    _run([sys.executable, "-m", "pip", "--python", str(env / "bin" / "python"), "install", "--quiet",
-          "--disable-pip-version-check", "--no-index", "--no-deps", "--find-links", str(wheels), *reqs],
-         f"install {reqs}")
-    purelib = Path(_run([str(env / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                        "probe site-packages").strip())
-    root = WORKSPACE if spec.import_root in ("", ".") else f"{WORKSPACE}/{spec.import_root.strip('/')}"
-    (purelib / PTH_NAME).write_text(root + "\n")
-    _portable_scripts(env / "bin")
-    for cache in env.rglob("__pycache__"):
-        shutil.rmtree(cache, ignore_errors=True)
-    marker.write_text(" ".join(reqs) + "\n")
-    return env
+
+    def make(work: Path) -> tuple[Path, str]:
+        wheels = _wheels(reqs, cache_dir)
+        env = work / "venv"
+        _run([python, "-m", "venv", "--without-pip", str(env)], "create venv")
+        _run([sys.executable, "-m", "pip", "--python", str(env / "bin" / "python"), "install", "--quiet",
+              "--disable-pip-version-check", "--no-index", "--no-deps", "--find-links", str(wheels), *reqs],
+             f"install {reqs}")
+        purelib = Path(_run([str(env / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                            "probe site-packages").strip())
+        root = WORKSPACE if spec.import_root in ("", ".") else f"{WORKSPACE}/{spec.import_root.strip('/')}"
+        (purelib / PTH_NAME).write_text(root + "\n")
+        _portable_scripts(env / "bin")
+        for cache in env.rglob("__pycache__"):
+            shutil.rmtree(cache, ignore_errors=True)
+        return env, " ".join(reqs) + "\n"
+
+    return ensure_entry(cache_dir / "envs" / f"{spec.key}-{digest}", make)
 
 
 def _portable_scripts(bindir: Path) -> None:

@@ -9,29 +9,26 @@ network, twice (in collection order, then reversed) on base + test_patch and
 twice with the patch too. FAIL_TO_PASS: tests failing in both runs without the
 patch and passing in both with it; PASS_TO_PASS: tests of the touched test files
 passing in all four. The chosen tests then run alone as the grader runs them,
-and a final check grades the task (gold -> 1.0, empty -> 0.0). Rejected pairs
-keep their reason. Every verdict is cached by content, so a rebuild only
-replays git work.
+and the verifier checks the written task (``check.py``: gold -> 1.0, empty -> 0.0,
+in a sandbox). Rejected pairs keep their reason. Every verdict is cached by
+content (``verdicts.py``), so a rebuild only replays git work.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import json
-import os
 import re
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Literal
 
+from sandbox import DEFAULT_BACKEND
 from verifier.task import TaskRecord
 
 from . import gitrepo
-from .build import default_cache_dir
+from .cache import claim_slot, default_cache_dir
 from .changelog import ChangelogSection, find_section
+from .check import NO_CHECK, check_record
 from .envs import base_python, cached_env, install_env, requirements
 from .models import (
     MinePackageReport,
@@ -48,8 +45,8 @@ from .releasediff import split_release, ungradable
 from .releases import consecutive_pairs, list_versions
 from .runner import PytestRunner
 from .sources import TaskgenError, download_sdist, pristine_tree
+from .verdicts import VerdictCache, digest, safe_nodeid
 
-Check = Literal["host", "bwrap", "none"]
 Log = Callable[[str], None]
 
 DEFAULT_MIN_TASKS = 20
@@ -59,12 +56,9 @@ MAX_TEST_PATCH_LINES = 2500
 MAX_FAIL_TO_PASS = 60
 MAX_PASS_TO_PASS = 150
 RUN_TIMEOUT_S = 600.0
-# Bump when the way verdicts are computed changes: it invalidates cached verdicts.
-VERDICT_VERSION = "3"
-# Bump when the same inputs would give different tasks (statements, ids, selection).
-MINER_VERSION = "2"
-_SAFE_NODEID = re.compile(r"^[\x21-\x7e]+$")
-_UNSAFE_CHARS = set("\\'\"`$;&|<>")
+# Bump when the same inputs would give different tasks (statements, ids, selection, the check).
+# (Cached verdicts have their own version: verdicts.VERDICT_VERSION.)
+MINER_VERSION = "3"
 
 REASONS = ("sdist_unusable", "binary_change", "no_test_change", "no_library_change", "too_large",
            "patch_not_gradable", "no_statement", "test_patch_does_not_apply", "patch_does_not_apply",
@@ -81,7 +75,7 @@ class Rejected(Exception):
 
 
 def mine_tasks(out_dir: str | Path, packages: list[str | MineSpec] | None = None, *, discover: int | None = None,
-               max_tasks: int | None = None, min_tasks: int | None = None, check: Check = "host",
+               max_tasks: int | None = None, min_tasks: int | None = None, check: str = DEFAULT_BACKEND,
                max_patch_lines: int | None = None, cache_dir: str | Path | None = None,
                log: Log | None = None) -> MineReport:
     """Mine tasks into ``out_dir`` (tasks.jsonl, repos/, envs/, build_report.json).
@@ -92,7 +86,8 @@ def mine_tasks(out_dir: str | Path, packages: list[str | MineSpec] | None = None
     over time). ``max_tasks`` stops
     the build once that many tasks are kept; ``min_tasks`` (default 20, or ``max_tasks``
     when smaller) decides ``report.ok``; ``max_patch_lines`` lowers the size limit
-    of the gold patch (default MAX_PATCH_LINES).
+    of the gold patch (default MAX_PATCH_LINES); ``check``: the sandbox backend in which the verifier
+    checks each task before it is written (gold 1.0, empty 0.0; ``check_failed`` otherwise), or ``none``.
     """
     start = time.monotonic()
     out = Path(out_dir).resolve()
@@ -159,7 +154,7 @@ class _Row:
 class _PackageMiner:
     """Mines the pairs of one package: one test venv, one runner, one cache folder."""
 
-    def __init__(self, spec: MineSpec, out: Path, cache: Path, check: Check, say: Log,
+    def __init__(self, spec: MineSpec, out: Path, cache: Path, check: str, say: Log,
                  max_patch_lines: int | None = None) -> None:
         self.spec, self.out, self.cache, self.check, self.say = spec, out, cache, check, say
         self.max_patch_lines = MAX_PATCH_LINES if max_patch_lines is None else max_patch_lines
@@ -173,8 +168,7 @@ class _PackageMiner:
         self.env_ready = False
         self.runner = PytestRunner(env, cache / "plugin", spec.import_root, spec.test_paths, offline=True,
                                    grader_ini=True, keep_going=True)
-        self.fingerprint = [VERDICT_VERSION, *reqs, env.name, base_python()]
-        self.results = cache / "mine-results" / spec.name
+        self.verdicts = VerdictCache(cache, "release-diff", spec.name, *reqs, env.name, base_python())
 
     def log(self, msg: str) -> None:
         self.say(f"[{self.spec.name}] {msg}")
@@ -203,13 +197,13 @@ class _PackageMiner:
             later_tree = pristine_tree(spec.at(later), self.cache)
         except TaskgenError as exc:
             raise Rejected("sdist_unusable", str(exc)) from None
-        work = self.cache / "mine-work" / f"{spec.name}-{earlier}-{later}"
-        split = split_release(base_tree, later_tree, work, spec, earlier, later)
-        self.screen(split)
-        section = find_section(later_tree, later)
-        if section is None:
-            raise Rejected("no_statement", f"no changelog section for {later} in its sdist")
-        verdict = self.verdict(work, split)
+        with claim_slot(self.cache / "mine-work", f"{spec.name}-{earlier}-{later}") as work:  # this run's own
+            split = split_release(base_tree, later_tree, work, spec, earlier, later)
+            self.screen(split)
+            section = find_section(later_tree, later)
+            if section is None:
+                raise Rejected("no_statement", f"no changelog section for {later} in its sdist")
+            verdict = self.verdict(work, split)
         if not verdict.accepted:
             raise Rejected(verdict.reason, verdict.detail)
         report.fail_to_pass, report.pass_to_pass = len(verdict.fail_to_pass), len(verdict.pass_to_pass)
@@ -257,7 +251,7 @@ class _PackageMiner:
 
     # -- verdicts --------------------------------------------------------------------------
     def verdict(self, work: Path, split: ReleaseSplit) -> PairVerdict:
-        key = "pair-" + _digest(*self.fingerprint, split.base_commit, split.later_commit)
+        key = "pair-" + digest(split.base_commit, split.later_commit)
         cached = self._load(key)
         if cached is not None:
             return PairVerdict(**cached)
@@ -285,7 +279,7 @@ class _PackageMiner:
         touched = {f for f in split.test_files if f.endswith(".py")}
         everything = set().union(*(r.tests for r in without + with_)) - {k for k in _keys(without + with_)
                                                                           if k.startswith("<collect>:")}
-        candidates = sorted(t for t in everything if _safe(t))
+        candidates = sorted(t for t in everything if safe_nodeid(t))
         f2p = [t for t in candidates if all(_failed(r, t) for r in without) and all(_passed(r, t) for r in with_)]
         p2p = [t for t in candidates if all(_passed(r, t) for r in without + with_)
                and t.split("::", 1)[0] in touched | {x.split("::", 1)[0] for x in f2p}]
@@ -320,29 +314,12 @@ class _PackageMiner:
                            unstable=sorted(set(unstable) | set(dropped)))
 
     def final_check(self, record: TaskRecord) -> None:
-        """Grade the written task, gold patch and empty diff, with the chosen backend (cached)."""
-        if self.check == "none":
+        """The verifier's check of the written task (``check.check_record``: gold 1.0, empty 0.0; cached)."""
+        if self.check == NO_CHECK:
             return
-        graded = [record.base_commit, record.patch, record.test_patch, *record.FAIL_TO_PASS, "|", *record.PASS_TO_PASS]
-        key = f"check-{self.check}-" + _digest(*self.fingerprint, *graded)
-        cached = self._load(key)
-        if cached is None:
-            cached = {"error": self._check(record)}
-            self._store(key, cached)
-        if cached["error"]:
-            raise Rejected("check_failed", f"{self.check}: {cached['error']}")
-
-    def _check(self, record: TaskRecord) -> str | None:
-        from verifier.task import TaskInstance
-
-        from .validate import _grading_pair, _host_pair
-
-        task = TaskInstance.model_validate(record.model_dump()).resolved(self.out)
-        if self.check == "host":
-            _gold, _empty, err = _host_pair(task)
-        else:
-            _gold, _empty, err, _checked = asyncio.run(_grading_pair(task, self.check, None))
-        return err
+        failed = check_record(record, self.out, self.check, self.verdicts)
+        if failed:
+            raise Rejected("check_failed", f"{self.check}: {failed}")
 
     # -- output ----------------------------------------------------------------------------
     def write_repo(self, tree: Path, dest: Path, commit: str, message: str) -> None:
@@ -369,16 +346,10 @@ class _PackageMiner:
 
     # -- cache -----------------------------------------------------------------------------
     def _load(self, key: str) -> dict | None:
-        try:
-            return json.loads((self.results / f"{key}.json").read_text())
-        except (OSError, ValueError):
-            return None
+        return self.verdicts.load(key)
 
     def _store(self, key: str, value: dict) -> None:
-        self.results.mkdir(parents=True, exist_ok=True)
-        tmp = self.results / f".{key}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(value, sort_keys=True))
-        tmp.replace(self.results / f"{key}.json")
+        self.verdicts.store(key, value)
 
 
 def prefetch(spec: MineSpec, pairs: list[tuple[str, str]], cache: Path, workers: int = 4) -> None:
@@ -427,10 +398,6 @@ def statement_leaks(statement: str, tests: list[str], split: ReleaseSplit) -> li
 
 # -- helpers -------------------------------------------------------------------------------
 
-def _digest(*parts: str) -> str:
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
-
-
 def _reset(work: Path, commit: str) -> None:
     gitrepo.git(work, "reset", "-q", "--hard", commit)
     gitrepo.git(work, "clean", "-q", "-fdx")
@@ -448,10 +415,6 @@ def _apply(work: Path, patch: str) -> bool:
 
 def _keys(results: list[RunResult]) -> set[str]:
     return set().union(*(r.tests for r in results))
-
-
-def _safe(nodeid: str) -> bool:
-    return bool(_SAFE_NODEID.match(nodeid)) and "::" in nodeid and not _UNSAFE_CHARS & set(nodeid)
 
 
 def _outcome(result: RunResult, nodeid: str) -> str:

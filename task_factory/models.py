@@ -116,6 +116,8 @@ class BuildReport(BaseModel):
     statement_style: str = Field("report", description="report (a user's bug report) | verbose (test id and source)")
     n_tasks: int
     min_tasks: int
+    check: str = Field("none", description="each task's check by the verifier before it was kept (gold 1.0, "
+                                           "empty 0.0): the sandbox backend it graded in, or none")
     packages: list[PackageReport]
     provenance: list[TaskProvenance] = Field(default_factory=list)
     duration_s: float = 0.0
@@ -233,7 +235,8 @@ class MineReport(BaseModel):
     tasks_file: str
     n_tasks: int
     min_tasks: int
-    check: str = Field(description="final per-task check: host | bwrap | none")
+    check: str = Field(description="each task's check by the verifier before it was kept (gold 1.0, empty 0.0): "
+                                   "the sandbox backend it graded in, or none")
     packages: list[MinePackageReport]
     pairs: list[PairReport]
     provenance: list[MineProvenance] = Field(default_factory=list)

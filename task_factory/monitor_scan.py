@@ -151,7 +151,7 @@ def scan_release_pairs(packages: Sequence[str] | None = None, cache_dir: str | P
     """The library side of every release pair of the mine catalog (``packages``: default all), as
     ``task-factory mine`` cuts it (instance ids as its tasks'); sdists come from the taskgen cache or
     the index. A pair whose sdists cannot be had raises ``TaskgenError``."""
-    from .build import default_cache_dir
+    from .cache import default_cache_dir
     from .release_catalog import resolve_mine_specs
     from .releasediff import split_release
     from .sources import pristine_tree

@@ -1,4 +1,10 @@
-"""Host-side pytest runs used while building tasks (never the grading path).
+"""The suite runs by which ``build`` and ``mine`` find a task's tests before the task exists.
+
+Which tests fail on a candidate and pass with its fix (FAIL_TO_PASS), which pass on both
+(PASS_TO_PASS): a candidate's suite, run here on the host, on a work tree the run mutates. This is
+never a task's check: a written task is checked by the verifier in a sandbox (``check.py``). With
+the demo task's one-off build (``demo_task.py``), this is the only module of the task factory that
+runs pytest (tests/unit/test_layout.py).
 
 Runs the task venv's pytest with cwd = the repo and PYTHONPATH = its import
 root, and reads per-node outcomes from a small reporting plugin that writes
@@ -22,6 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .cache import write_atomic
 from .models import RunResult, TestOutcome
 
 _PLUGIN_NAME = "_taskgen_report"
@@ -94,7 +101,7 @@ class PytestRunner:
         plugin_dir.mkdir(parents=True, exist_ok=True)
         plugin = plugin_dir / f"{_PLUGIN_NAME}.py"
         if not plugin.exists() or plugin.read_text() != _PLUGIN_SOURCE:
-            plugin.write_text(_PLUGIN_SOURCE)
+            write_atomic(plugin, _PLUGIN_SOURCE)  # another run may be importing it
 
     def ini_args(self, repo: Path) -> list[str]:
         """Pin rootdir and ini file to the repo's own, as in the sandbox, where nothing is above it.
@@ -102,15 +109,15 @@ class PytestRunner:
         Without this, a repo nested in another project would pick up that project's config.
         """
         if self.grader_ini:
-            return ["-c", str(self._grader_ini(repo)), "--rootdir", str(repo)]
+            return ["-c", str(self._verifier_ini(repo)), "--rootdir", str(repo)]
         ini = find_pytest_config(repo)
         if ini is None:
             ini = self.plugin_dir / "empty-pytest.ini"
             if not ini.exists():
-                ini.write_text("[pytest]\n")
+                write_atomic(ini, "[pytest]\n")
         return ["-c", str(ini), "--rootdir", str(repo)]
 
-    def _grader_ini(self, repo: Path) -> Path:
+    def _verifier_ini(self, repo: Path) -> Path:
         """The grader's pytest.ini for ``repo`` (verifier.runner_config), paths made local."""
         import hashlib
 
@@ -121,7 +128,7 @@ class PytestRunner:
         text = runner_config(probe).ini.replace(WORKSPACE, str(repo.resolve()))
         ini = self.plugin_dir / f"grader-{hashlib.sha256(text.encode()).hexdigest()[:16]}.ini"
         if not ini.exists():
-            ini.write_text(text)
+            write_atomic(ini, text)
         return ini
 
     def run(self, repo: Path, targets: list[str] | None = None, timeout_s: float = 120.0,

@@ -9,6 +9,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
+from .cache import ensure_entry
 from .models import PackageSpec
 
 
@@ -22,18 +23,21 @@ _DROP_SUFFIXES = (".egg-info", ".pyc")
 
 
 def download_sdist(spec: PackageSpec, cache_dir: Path) -> Path:
-    """The sdist archive of ``spec`` under ``cache_dir/sdists/<key>/``; downloads it once."""
+    """The sdist archive of ``spec`` under ``cache_dir/sdists/<key>/``; downloads it once (into a private
+    folder, renamed into place under the entry's lock: ``cache.ensure_entry``)."""
     dest = cache_dir / "sdists" / spec.key
-    found = _archives(dest)
-    if not found:
-        dest.mkdir(parents=True, exist_ok=True)
+
+    def make(work: Path) -> tuple[Path, str]:
         cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-               "--disable-pip-version-check", f"{spec.name}=={spec.version}", "-d", str(dest)]
+               "--disable-pip-version-check", f"{spec.name}=={spec.version}", "-d", str(work)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        found = _archives(dest)
+        found = _archives(work)
         if proc.returncode != 0 or not found:
             raise TaskgenError(f"pip download {spec.name}=={spec.version} failed: {proc.stderr.strip()[-800:]}")
-    return found[0]
+        return work, found[0].name + "\n"
+
+    ensure_entry(dest, make, ready=lambda: bool(_archives(dest)))  # an archive there: complete (renamed in whole)
+    return _archives(dest)[0]
 
 
 def _archives(d: Path) -> list[Path]:
@@ -43,38 +47,35 @@ def _archives(d: Path) -> list[Path]:
 
 
 def pristine_tree(spec: PackageSpec, cache_dir: Path) -> Path:
-    """Unpacked sdist (top folder stripped, build artefacts dropped), cached under ``cache_dir/src``."""
+    """Unpacked sdist (top folder stripped, build artefacts dropped), cached under ``cache_dir/src``
+    (unpacked in a private folder, renamed into place under the entry's lock: ``cache.ensure_entry``)."""
     dest = cache_dir / "src" / spec.key
-    marker = dest.with_name(dest.name + ".complete")
-    if marker.exists() and dest.is_dir():
-        return dest
-    archive = download_sdist(spec, cache_dir)
-    tmp = dest.with_name(dest.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    if archive.name.endswith(".zip"):
-        with zipfile.ZipFile(archive) as zf:
-            for name in zf.namelist():
-                if name.startswith("/") or ".." in Path(name).parts:
-                    raise TaskgenError(f"unsafe member {name!r} in {archive.name}")
-            zf.extractall(tmp)
-    else:
-        with tarfile.open(archive) as tf:
-            tf.extractall(tmp, filter="data")
-    tops = list(tmp.iterdir())
-    root = tops[0] if len(tops) == 1 and tops[0].is_dir() else tmp
-    _scrub(root)
-    shutil.rmtree(dest, ignore_errors=True)
-    if root is tmp:
-        tmp.rename(dest)
-    else:
-        root.rename(dest)
-        shutil.rmtree(tmp)
-    for f in spec.source_files + spec.test_paths:
-        if not (dest / f).exists():
-            raise TaskgenError(f"{spec.key}: {f} missing from the sdist")
-    marker.write_text(archive.name + "\n")
-    return dest
+
+    def make(work: Path) -> tuple[Path, str]:
+        archive = download_sdist(spec, cache_dir)
+        if archive.name.endswith(".zip"):
+            with zipfile.ZipFile(archive) as zf:
+                for name in zf.namelist():
+                    if name.startswith("/") or ".." in Path(name).parts:
+                        raise TaskgenError(f"unsafe member {name!r} in {archive.name}")
+                zf.extractall(work)
+        else:
+            with tarfile.open(archive) as tf:
+                tf.extractall(work, filter="data")
+        tops = list(work.iterdir())
+        root = tops[0] if len(tops) == 1 and tops[0].is_dir() else work
+        _scrub(root)
+        for f in spec.source_files + spec.test_paths:
+            if not (root / f).exists():
+                raise TaskgenError(f"{spec.key}: {f} missing from the sdist")
+        if root is work:  # no single top folder: the unpacked files move into one of their own
+            root = work / f".{spec.key}.tree"
+            root.mkdir()
+            for item in tops:
+                item.rename(root / item.name)
+        return root, archive.name + "\n"
+
+    return ensure_entry(dest, make)
 
 
 def _scrub(root: Path) -> None:

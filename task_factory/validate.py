@@ -1,10 +1,9 @@
-"""``task-factory validate``: every task graded twice, gold patch -> 1.0, empty diff -> 0.0.
+"""``task-factory validate``: every task checked, gold patch -> 1.0, empty diff -> 0.0.
 
-The sandbox backends go through the env server's real grading path
-(``verifier.grade_submission``). ``host`` is a sandbox-free check for
-machines without one: the same two diffs, run with the task's venv and the
-grader's pytest configuration on a checkout of ``base_commit`` (plus the
-task's ``test_patch``) in a temporary directory.
+The check is ``check.check_task``: the verifier (``verifier.grade_submission``, the env server's
+own grader) grades both diffs in a sandbox of the chosen backend. ``--statements`` adds the
+statement check of synthetic-mutation tasks (``statement_problems``): each statement's reproducer,
+run as a user runs it, on the base tree and with the gold patch.
 """
 
 from __future__ import annotations
@@ -20,15 +19,16 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from sandbox import DEFAULT_BACKEND
 from sandbox.git import run_git
+from sandbox.models import SandboxConfig
+from verifier.task import load_tasks
 
 from . import gitrepo, reproducer
+from .check import TaskCheck, check_task
 from .envs import PTH_NAME, WORKSPACE
-from .runner import PytestRunner
 from .sources import TaskgenError
 from .statement import reproducer_block
-
-Backend = str  # a sandbox backend of the registry, or "host" (no sandbox)
 
 
 class ValidationRow(BaseModel):
@@ -74,97 +74,47 @@ class ValidationReport(BaseModel):
         return "\n".join(lines)
 
 
-async def validate_file(path: str | Path, backend: Backend = "bwrap", concurrency: int = 2,
-                        sandbox_config=None, statements: bool = False) -> ValidationReport:
-    """Grade every task of ``path`` with its gold patch and with an empty diff; with
-    ``statements``, also check each synthetic-mutation task's statement (``statement_problems``).
+async def validate_file(path: str | Path, backend: str = DEFAULT_BACKEND, concurrency: int = 2,
+                        sandbox_config: SandboxConfig | None = None, statements: bool = False) -> ValidationReport:
+    """Check every task of ``path`` (``check.check_task``: the verifier grades its gold patch and an
+    empty diff, in a ``backend`` sandbox); with ``statements``, also check each synthetic-mutation
+    task's statement (``statement_problems``).
 
     Raises ``verifier.task.TaskFileError`` when the file cannot be loaded.
     """
-    from verifier.task import load_tasks
-
     tasks = load_tasks(path)
+    config = sandbox_config or SandboxConfig(backend=backend)
     start = time.monotonic()
     sem = asyncio.Semaphore(max(1, concurrency))
+
+    async def check(task) -> TaskCheck:
+        try:
+            return await check_task(task, config)
+        except Exception as exc:  # one broken task must not hide the others' results
+            return TaskCheck(error=f"{type(exc).__name__}: {exc}")
+
+    async def statement_error(task) -> str | None:
+        if not (statements and task.source == "synthetic-mutation"):
+            return None
+        try:
+            return "; ".join(await asyncio.to_thread(statement_problems, task)) or None
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
 
     async def one(task) -> ValidationRow:
         async with sem:
             t0 = time.monotonic()
-            checked = None
-            try:
-                if backend == "host":
-                    gold, empty, err = await asyncio.to_thread(_host_pair, task)
-                else:
-                    gold, empty, err, checked = await _grading_pair(task, backend, sandbox_config)
-            except Exception as exc:  # one broken task must not hide the others' results
-                gold, empty, err = None, None, f"{type(exc).__name__}: {exc}"
-            statement_error = None
-            if statements and task.source == "synthetic-mutation":
-                try:
-                    statement_error = "; ".join(await asyncio.to_thread(statement_problems, task)) or None
-                except Exception as exc:
-                    statement_error = f"{type(exc).__name__}: {exc}"
-            return ValidationRow(instance_id=task.instance_id, gold_reward=gold, empty_reward=empty, error=err,
-                                 statement_error=statement_error, script_check=checked,
+            checked, statement = await asyncio.gather(check(task), statement_error(task))  # both at once
+            return ValidationRow(instance_id=task.instance_id, gold_reward=checked.gold_reward,
+                                 empty_reward=checked.empty_reward, error=checked.error,
+                                 statement_error=statement, script_check=checked.script_check,
                                  duration_s=round(time.monotonic() - t0, 2))
 
     rows = await asyncio.gather(*(one(t) for t in tasks))
-    return ValidationReport(backend=backend, rows=list(rows), duration_s=round(time.monotonic() - start, 2))
+    return ValidationReport(backend=config.backend, rows=list(rows), duration_s=round(time.monotonic() - start, 2))
 
 
-async def _grading_pair(task, backend: str, sandbox_config
-                        ) -> tuple[float | None, float | None, str | None, str | None]:
-    from sandbox.models import SandboxConfig
-    from verifier import GradeCache, grade_submission
-
-    config = sandbox_config or SandboxConfig(backend=backend)
-    gold = await grade_submission(task, task.patch, config, "resolved", cache=GradeCache())
-    empty = await grade_submission(task, "", config, "resolved", cache=GradeCache())
-    errors = []
-    if gold.tampered:  # the gold patch is not an attack: the task trips the grader's checks (env)
-        errors.append("broken task: the grader's tamper checks fail with the gold patch: "
-                      + "; ".join(gold.tamper_reasons[:3]))
-    elif gold.reward != 1.0:
-        errors.append("gold: " + "; ".join(filter(None, [gold.error, _failing(gold)])))
-    if empty.reward != 0.0:
-        errors.append(f"empty diff passes: its {len(empty.fail_to_pass)} FAIL_TO_PASS test(s) pass without a fix")
-    if empty.error_source == "infra":
-        errors.append(f"empty: {empty.error}")
-    return gold.reward, empty.reward, "; ".join(errors) or None, script_check_summary(gold.script_check)
-
-
-def script_check_summary(check: dict | None) -> str | None:
-    """``"4 calls, 3 tests"`` (checked calls, FAIL_TO_PASS tests with one), or ``"none: why"``."""
-    if not check:
-        return None
-    if check.get("ran"):
-        return (f"{check.get('checked_calls', 0)} calls, {check.get('tests_checked', 0)} tests"
-                + ("" if check.get("holds") else " FAILS"))
-    return f"none: {check.get('reason', '')}"
-
-
-_WHY = {"missing": "missing (the log never names it)", "failed": "failed", "error": "error",
-        "skipped": "skipped", "xfailed": "xfailed (not a fix)"}
-
-
-def _failing(result) -> str:
-    """Which tests keep ``result`` from 1.0, and why: an id the run cannot select (no such test in the
-    graded tree), one the log never names, a failure."""
-    from verifier.junit import PASSING
-
-    tests = {**result.fail_to_pass, **result.pass_to_pass}
-    not_found = set(getattr(result, "not_found", []) or [])
-    bad = [(t, o) for t, o in tests.items()
-           if o not in PASSING or (t in result.fail_to_pass and o != "passed")]
-    if not bad:
-        return "" if result.error else "reward below 1"
-    why = [f"{t} {'not found (names no test of the graded tree)' if t in not_found else _WHY.get(o, o)}"
-           for t, o in bad]
-    more = f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""
-    return f"{len(bad)} of {len(tests)} test(s) not passing: " + ", ".join(why[:3]) + more
-
-
-# -- host-side check -----------------------------------------------------------------------
+# -- the statement check (host-side: a user's script run with the task's venv) ----------------
 
 def import_root_of(python_env: Path) -> str:
     """The repo-relative import root a task venv's ``_swe_workspace.pth`` names ('.' if none)."""
@@ -180,9 +130,9 @@ class DiffDoesNotApply(TaskgenError):
 
 
 @contextmanager
-def checkout(task, diff: str = "", *, with_tests: bool = False) -> Iterator[Path]:
-    """A temporary tree of ``task.base_commit`` with ``diff`` applied (and, ``with_tests``, the
-    task's ``test_patch``). Raises TaskgenError when the tree cannot be made or ``diff`` does not apply."""
+def checkout(task, diff: str = "") -> Iterator[Path]:
+    """A temporary tree of ``task.base_commit`` with ``diff`` applied (the statement check's trees).
+    Raises TaskgenError when the tree cannot be made or ``diff`` does not apply."""
     with tempfile.TemporaryDirectory(prefix="taskgen-host-") as tmp:
         tree = Path(tmp) / "workspace"
         tree.mkdir()
@@ -201,24 +151,7 @@ def checkout(task, diff: str = "", *, with_tests: bool = False) -> Iterator[Path
                 gitrepo.git(tree, "apply", "--whitespace=nowarn", "-", input=diff)
             except TaskgenError as exc:
                 raise DiffDoesNotApply(str(exc)) from exc
-        if with_tests and task.test_patch.strip():
-            gitrepo.git(tree, "apply", "--whitespace=nowarn", "-", input=task.test_patch)
         yield tree
-
-
-def host_grade(task, diff: str, plugin_dir: Path | None = None) -> float:
-    """Reward (resolved: 1.0 or 0.0) of ``diff`` on the host: checkout, ``git apply``, run the tests."""
-    if task.python_env is None:
-        raise TaskgenError("host validation needs the task's python_env")
-    try:
-        with checkout(task, diff, with_tests=True) as tree:
-            runner = PytestRunner(task.python_env, plugin_dir or tree.parent / "plugin",
-                                  import_root_of(task.python_env), grader_ini=True)
-            result = runner.run(tree, task.tests, timeout_s=900)
-    except DiffDoesNotApply:
-        return 0.0
-    ok = all(result.tests.get(t) is not None and result.tests[t].outcome == "passed" for t in task.tests)
-    return 1.0 if ok else 0.0
 
 
 def statement_problems(task) -> list[str]:
@@ -255,10 +188,3 @@ def statement_problems(task) -> list[str]:
         problems.append(f"its first line names no public entry point of {', '.join(packages) or 'the package'} "
                         f"that the reproducer calls (named: {sorted(named) or 'nothing'})")
     return problems
-
-
-def _host_pair(task) -> tuple[float, float, str | None]:
-    gold = host_grade(task, task.patch)
-    empty = host_grade(task, "")
-    errors = [m for m, bad in (("gold patch does not resolve", gold != 1.0), ("empty diff passes", empty != 0.0)) if bad]
-    return gold, empty, "; ".join(errors) or None

@@ -3,7 +3,8 @@
 ``build_small_pack(n_tasks)``: synthetic mutations (``source: synthetic-mutation``) of
 pinned PyPI sdists. ``build_mined_pack(packages)``: real historical fixes mined from
 consecutive releases (``source: release-diff``). Both are built with the real builders
-into the project-local, gitignored ``.cache/taskpack/`` and reused while complete.
+into the project-local, gitignored ``.cache/taskpack/`` and reused while complete; every
+task is checked by the verifier in the bwrap sandbox before it is kept (gold 1.0, empty 0.0).
 A file lock keeps parallel test processes from building them twice.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import shutil
 from pathlib import Path
 
 from task_factory import BuildReport, MineReport, build_tasks, mine_tasks
@@ -23,6 +25,16 @@ SMALL_PACK_PACKAGES = ("inflection", "toolz", "idna")
 # Release pairs of six: two kept (real fixes), the others rejected for their reasons (a fresh
 # build takes about a minute: five sdists and three suites run four times each).
 MINED_PACK_PACKAGES = ("six",)
+
+
+def pack_check() -> str:
+    """The sandbox a pack's tasks are checked in while it is built: the verifier's bwrap (without
+    bubblewrap, bwrap is missing: the test fails under CI and skips elsewhere)."""
+    if shutil.which("bwrap") is None:
+        from requirements import missing
+
+        missing("bwrap", "the task packs' tasks are checked by the verifier in the bwrap sandbox")
+    return "bwrap"
 
 
 def build_small_pack(n_tasks: int = 3, seed: int = 0) -> Path:
@@ -40,7 +52,7 @@ def build_small_pack(n_tasks: int = 3, seed: int = 0) -> Path:
             return tasks_file
         packages = list(SMALL_PACK_PACKAGES[: max(1, min(n_tasks, len(SMALL_PACK_PACKAGES)))])
         report = build_tasks(out, packages=packages, seed=seed, max_tasks=n_tasks, min_tasks=n_tasks,
-                             cache_dir=PACK_DIR / "cache")
+                             cache_dir=PACK_DIR / "cache", check=pack_check())
         if not report.ok:
             raise RuntimeError(f"small task pack: built {report.n_tasks}/{n_tasks} tasks: "
                                f"{[p.model_dump() for p in report.packages]}")
@@ -71,10 +83,11 @@ def _complete(out: Path, n_tasks: int) -> bool:
         (out / t["repo_path"] / ".git").is_dir() and (out / t["python_env"] / "bin").is_dir() for t in lines)
 
 
-def build_mined_pack(packages: tuple[str, ...] = MINED_PACK_PACKAGES, check: str = "host") -> Path:
+def build_mined_pack(packages: tuple[str, ...] = MINED_PACK_PACKAGES, check: str | None = None) -> Path:
     """Path of the ``tasks.jsonl`` of the release-diff tasks mined from ``packages`` (cached).
 
-    Raises RuntimeError when the miner kept no task.
+    ``check``: the sandbox its tasks are checked in (default ``pack_check()``). Raises RuntimeError
+    when the miner kept no task.
     """
     out = PACK_DIR / f"mined-{'-'.join(packages)}"
     tasks_file = out / "tasks.jsonl"
@@ -90,7 +103,8 @@ def build_mined_pack(packages: tuple[str, ...] = MINED_PACK_PACKAGES, check: str
             done = False
         if done:
             return tasks_file
-        report = mine_tasks(out, packages=list(packages), min_tasks=1, check=check, cache_dir=PACK_DIR / "cache")
+        report = mine_tasks(out, packages=list(packages), min_tasks=1, check=check or pack_check(),
+                            cache_dir=PACK_DIR / "cache")
         if not report.ok:
             raise RuntimeError(f"mined task pack: no task from {packages}: {[p.model_dump() for p in report.pairs]}")
         return tasks_file

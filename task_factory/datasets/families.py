@@ -94,7 +94,7 @@ def _eval_image(ns: str, arch: str, instance_id: str, sep: str) -> str:
 # ---------------------------------------------------------------- test commands
 
 
-def _pytest_grader(rec: dict[str, Any], issues: Issues, cmd: str | None, parser: str | None) -> None:
+def _verifier_runs_pytest(rec: dict[str, Any], issues: Issues, cmd: str | None, parser: str | None) -> None:
     rec["test_cmd"] = rec["log_parser"] = None
     _node_ids_only(rec, issues, "the project's pytest grader runs node ids")
     extra = commands.extra_pytest_options(cmd) if cmd else []
@@ -131,7 +131,7 @@ def _legacy_or_inferred(rec: dict[str, Any], issues: Issues, version: str, test_
                                      "4.x whose MAP_REPO_VERSION_TO_SPECS has this repo/version")
         return
     if found is None:
-        _pytest_grader(rec, issues, None, None)
+        _verifier_runs_pytest(rec, issues, None, None)
     else:
         _own_command(rec, *found)
 
@@ -158,7 +158,7 @@ def _swebench_command(row: dict[str, Any], rec: dict[str, Any], issues: Issues, 
     if activated:
         rec["image_env"] = activated  # the environment the instance's own script activates
     if parser in commands.PYTEST_PARSERS and commands.pytest_command(cmd):
-        _pytest_grader(rec, issues, cmd, parser)
+        _verifier_runs_pytest(rec, issues, cmd, parser)
     else:
         _own_command(rec, "; ".join([*exports, cmd]), parser)
 
@@ -252,7 +252,7 @@ def swe_rebench(row: dict[str, Any], issues: Issues, opts: ImportOptions) -> dic
     if parser not in commands.PYTHON_PARSERS:
         rec["image_env"] = None
     if parser in commands.PYTEST_PARSERS and commands.pytest_command(cmd):
-        _pytest_grader(rec, issues, cmd, parser)
+        _verifier_runs_pytest(rec, issues, cmd, parser)
         return rec
     directives = commands.harness_directives(rec["repo"], rec["test_patch"])
     prefix = "" if cmd.startswith("LANG=") else "LANG=C.UTF-8 LC_ALL=C.UTF-8 "

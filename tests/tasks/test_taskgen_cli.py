@@ -29,6 +29,25 @@ def test_env_server_cli_has_tasks_build_and_validate() -> None:
         (["six,idna"], "bwrap", 20, 3, "_mine")
 
 
+@pytest.mark.parametrize("argv", [["validate", "t.jsonl", "--backend", "host"], ["mine", "--out", "m", "--check", "host"],
+                                  ["build", "--out", "b", "--check", "host"]])
+def test_there_is_no_host_grader_to_choose(argv: list[str], capsys: pytest.CaptureFixture) -> None:
+    """Tasks are checked by the verifier in a sandbox only: 'host' is one line naming the choices."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"task-factory {argv[0]}: {argv[-2]} host: not one of bwrap, docker"), err
+    assert "no host grader" in err and ("none" in err) == (argv[0] != "validate")
+
+
+def test_build_and_mine_check_with_the_verifier_in_bwrap_by_default() -> None:
+    parser = build_parser()
+    assert parser.parse_args(["build", "--out", "x"]).check == "bwrap" == parser.parse_args(["mine", "--out", "m"]).check
+    assert parser.parse_args(["build", "--out", "x", "--check", "none"]).check == "none"
+    assert parser.parse_args(["mine", "--out", "x", "--check", "docker"]).check == "docker"
+
+
 def test_mine_command_prints_the_yield_table(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     build_mined_pack(("six",))  # warms the cache this run reuses
     rc = main(["mine", "--out", str(tmp_path / "m"), "--packages", "six", "--min-tasks", "1",
@@ -66,14 +85,16 @@ def test_build_command_reports_bad_input_and_unmet_minimum(tmp_path: Path, capsy
     assert rc == 1 and "NOT MET" in capsys.readouterr().out
 
 
+@pytest.mark.usefixtures("bwrap")  # skips without bubblewrap; fails under CI
 def test_validate_command_passes_a_good_pack(capsys: pytest.CaptureFixture) -> None:
-    assert main(["validate", str(build_small_pack(3)), "--backend", "host"]) == 0
+    assert main(["validate", str(build_small_pack(3)), "--backend", "bwrap"]) == 0
     out = capsys.readouterr().out
-    assert "validate (host): 3 passed, 0 failed" in out
+    assert "validate (bwrap): 3 passed, 0 failed" in out
     rows = [line.split() for line in out.splitlines() if "__" in line]
     assert len(rows) == 3 and all(r[1:4] == ["1.00", "0.00", "yes"] for r in rows)
 
 
+@pytest.mark.usefixtures("bwrap")  # skips without bubblewrap; fails under CI
 def test_validate_command_fails_on_an_inconsistent_task(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     pack = build_small_pack(3)
     tasks = [json.loads(line) for line in pack.read_text().splitlines()]
@@ -83,7 +104,7 @@ def test_validate_command_fails_on_an_inconsistent_task(tmp_path: Path, capsys: 
     broken["patch"] = ""  # the "gold" fix now fixes nothing
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(broken) + "\n")
-    assert main(["validate", str(bad), "--backend", "host"]) == 1
+    assert main(["validate", str(bad), "--backend", "bwrap"]) == 1
     out = capsys.readouterr().out
     assert "NO" in out and "gold patch does not resolve" in out and "0 passed, 1 failed" in out
 

@@ -1,8 +1,8 @@
 """Real release-diff tasks mined from PyPI (six's consecutive releases), end to end.
 
 The pack is mined once (download, diff split, changelog, F2P/P2P over repeated runs,
-host check) into .cache/taskpack/ and then graded through the env server's own
-grading path in the bwrap sandbox: gold patch 1.0, empty diff 0.0.
+the verifier's check in bwrap) into .cache/taskpack/ and then graded through the env
+server's own grading path in the bwrap sandbox: gold patch 1.0, empty diff 0.0.
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from taskpack import PACK_DIR, mined_pack_or_missing
 
 from task_factory.changelog import find_section
 from task_factory.models import MineReport
-from task_factory.validate import host_grade, validate_file
-from verifier.task import load_tasks
+from sandbox.models import SandboxConfig
+from task_factory.validate import validate_file
+from verifier import GradeCache, grade_submission
+from verifier.task import TaskInstance, load_tasks
 
 
 @pytest.fixture(scope="module")
@@ -73,10 +75,22 @@ def test_statement_is_the_maintainers_changelog_entry(pack: Path, report: MineRe
         assert "def test_" not in task.problem_statement and "test_six" not in task.problem_statement
 
 
-def test_host_grading_gold_resolves_and_empty_does_not(pack: Path) -> None:
+def _rewards(graded: list[tuple[TaskInstance, str]]) -> list[float]:
+    """The verifier's reward (resolved) of each (task, diff), graded at once in bwrap sandboxes."""
+    async def all_of() -> list[float]:
+        results = await asyncio.gather(*(grade_submission(task, diff, SandboxConfig(backend="bwrap"), "resolved",
+                                                          cache=GradeCache(max_entries=0)) for task, diff in graded))
+        return [r.reward for r in results]
+
+    return asyncio.run(all_of())
+
+
+@pytest.mark.usefixtures("bwrap")  # skips without bubblewrap; fails under CI
+def test_the_verifier_grades_gold_resolved_and_empty_not(pack: Path) -> None:
     for task in load_tasks(pack):
-        assert host_grade(task, task.patch) == 1.0
-        assert host_grade(task, "") == 0.0
+        gold, empty = _rewards([(task, task.patch), (task, "")])
+        assert gold == 1.0
+        assert empty == 0.0
 
 
 def test_a_rebuild_is_cached(pack: Path, tmp_path: Path) -> None:

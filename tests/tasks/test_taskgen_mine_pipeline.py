@@ -2,7 +2,7 @@
 
 ``tinylib`` has eight releases, each a real sdist (tar.gz) in the miner's download
 cache, so every step runs for real (unpack, git split, changelog, pytest runs
-without network in both orders, the host check); only the index is not asked.
+without network in both orders, the verifier's check in bwrap); only the index is not asked.
 Each consecutive pair makes a task or is rejected for its own reason.
 """
 
@@ -16,7 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from taskpack import PACK_DIR
+from taskpack import PACK_DIR, pack_check
 
 from task_factory.mine import mine_tasks, release_statement, statement_leaks
 from task_factory.models import MineReport, MineSpec
@@ -123,7 +123,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def mined(cache: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[MineReport, Path]:
     out = tmp_path_factory.mktemp("mined")
-    report = mine_tasks(out, [SPEC], min_tasks=1, check="host", cache_dir=cache)
+    report = mine_tasks(out, [SPEC], min_tasks=1, check=pack_check(), cache_dir=cache)
     return report, out
 
 
@@ -173,7 +173,7 @@ def test_the_venv_holds_pytest_but_not_the_package(mined: tuple[MineReport, Path
 
 def test_a_rebuild_replays_cached_verdicts(mined: tuple[MineReport, Path], cache: Path, tmp_path: Path) -> None:
     report, out = mined
-    again = mine_tasks(tmp_path / "again", [SPEC], min_tasks=1, check="host", cache_dir=cache)
+    again = mine_tasks(tmp_path / "again", [SPEC], min_tasks=1, check=pack_check(), cache_dir=cache)
     assert again.pytest_runs == 0 and again.n_tasks == 1
     assert (tmp_path / "again" / "tasks.jsonl").read_text() == (out / "tasks.jsonl").read_text()
     assert [p.reason for p in again.pairs] == [p.reason for p in report.pairs]

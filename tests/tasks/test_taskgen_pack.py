@@ -15,8 +15,10 @@ from task_factory import build_tasks
 from task_factory.models import BuildReport
 from task_factory.build import STATEMENT_REJECTIONS
 from task_factory.statement import leaks, reproducer_block, reveals_tests
-from task_factory.validate import checkout, host_grade, import_root_of, statement_problems, validate_file
-from verifier.task import TaskRecord, load_tasks
+from sandbox.models import SandboxConfig
+from task_factory.validate import checkout, import_root_of, statement_problems, validate_file
+from verifier import GradeCache, grade_submission
+from verifier.task import TaskInstance, TaskRecord, load_tasks
 
 N = 3
 
@@ -117,6 +119,7 @@ def test_every_statement_names_its_entry_point_and_carries_a_script_that_fails_o
                                    "no_failing_test", "too_many_failures", "flaky"}
 
 
+@pytest.mark.usefixtures("bwrap")  # validate grades in bwrap: skips without bubblewrap; fails under CI
 def test_validate_statements_flags_a_statement_without_a_working_reproducer(pack: Path, tmp_path: Path) -> None:
     """`task-factory validate --statements`: the built pack passes; a copy whose statement lost its
     reproducer's check, or names no entry point, fails with the reason, and exits 1."""
@@ -136,10 +139,10 @@ def test_validate_statements_flags_a_statement_without_a_working_reproducer(pack
     broken = tmp_path / "broken.jsonl"
     broken.write_text("".join(json.dumps(r) + "\n" for r in bad))
     exe = [sys.executable, "-m", "task_factory"]
-    good = subprocess.run([*exe, "validate", str(pack), "--backend", "host", "--statements"], capture_output=True,
+    good = subprocess.run([*exe, "validate", str(pack), "--backend", "bwrap", "--statements"], capture_output=True,
                           text=True, timeout=600)
     assert good.returncode == 0, good.stdout + good.stderr
-    out = subprocess.run([*exe, "validate", str(broken), "--backend", "host", "--statements"], capture_output=True,
+    out = subprocess.run([*exe, "validate", str(broken), "--backend", "bwrap", "--statements"], capture_output=True,
                          text=True, timeout=600)
     assert out.returncode == 1, out.stdout + out.stderr
     assert "statement: its reproducer does not fail on the base tree" in out.stdout
@@ -147,11 +150,18 @@ def test_validate_statements_flags_a_statement_without_a_working_reproducer(pack
     assert "0 passed, 2 failed" in out.stdout
 
 
-def test_host_grade_rejects_a_wrong_fix(pack: Path) -> None:
+def _reward(task: TaskInstance, diff: str) -> float:
+    """The verifier's reward (resolved) of ``diff``, graded in a bwrap sandbox."""
+    return asyncio.run(grade_submission(task, diff, SandboxConfig(backend="bwrap"), "resolved",
+                                        cache=GradeCache(max_entries=0))).reward
+
+
+@pytest.mark.usefixtures("bwrap")  # skips without bubblewrap; fails under CI
+def test_the_verifier_rejects_a_wrong_fix(pack: Path) -> None:
     task = load_tasks(pack)[0]
-    assert host_grade(task, task.patch) == 1.0
-    assert host_grade(task, "diff --git a/nope.txt b/nope.txt\nnew file mode 100644\n--- /dev/null\n"
-                            "+++ b/nope.txt\n@@ -0,0 +1 @@\n+hi\n") == 0.0
+    assert _reward(task, task.patch) == 1.0
+    assert _reward(task, "diff --git a/nope.txt b/nope.txt\nnew file mode 100644\n--- /dev/null\n"
+                         "+++ b/nope.txt\n@@ -0,0 +1 @@\n+hi\n") == 0.0
 
 
 def test_rebuild_with_the_same_seed_is_identical_and_cached(pack: Path, tmp_path: Path) -> None:

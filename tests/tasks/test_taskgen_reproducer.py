@@ -17,6 +17,7 @@ from task_factory import reproducer
 from task_factory.build import STATEMENT_REJECTIONS, _PackageBuilder
 from task_factory.models import CandidateVerdict, Mutation, PackageSpec
 from task_factory.statement import leaks, reproducer_block, reveals_tests
+from task_factory.verdicts import VerdictCache
 
 FIXED = '''from ._impl import window
 
@@ -177,7 +178,8 @@ def _builder(tmp_path: Path, tree: Path, operator: str = "flip_index") -> tuple[
     spec = PackageSpec(name="pkg", version="1.0", license="MIT", source_files=("pkg/__init__.py",),
                        test_paths=("tests",))
     builder = _PackageBuilder(spec, tmp_path / "out", tmp_path / "cache", 0, lambda _msg: None)
-    builder.work, builder.timeout, builder.fingerprint = tree, 30.0, "test"
+    builder.work, builder.timeout = tree, 30.0
+    builder.verdicts = VerdictCache(tmp_path / "cache", "synthetic-mutation", spec.key, "test")
 
     class Runner:  # the builder only reads the venv's location from its pytest runner here
         env = Path(sys.prefix)
@@ -206,7 +208,7 @@ def test_the_builder_writes_the_statement_from_the_first_test_with_a_working_scr
     assert reveals_tests(statement, tree, ["tests/test_pkg.py::test_box_first"]) == []
     assert (tree / "pkg" / "__init__.py").read_text() == FIXED  # the work tree is put back
     verbose = _PackageBuilder(builder.spec, tmp_path / "o2", tmp_path / "cache", 0, lambda _m: None, "verbose")
-    verbose.work, verbose.timeout, verbose.fingerprint, verbose.runner = tree, 30.0, "test", builder.runner
+    verbose.work, verbose.timeout, verbose.verdicts, verbose.runner = tree, 30.0, builder.verdicts, builder.runner
     text, _ = _statement(verbose, mut, ["tests/test_pkg.py::test_box_first"])  # type: ignore[misc]
     assert "`tests/test_pkg.py::test_box_first` fails" in text and "def test_box_first" in text
     assert "`pkg.Box.first`" in text.splitlines()[0] and reproducer_block(text) is not None

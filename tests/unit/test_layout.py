@@ -132,3 +132,96 @@ def test_the_walk_would_catch_a_circle_and_a_wrong_layer(monkeypatch):
     assert any({"verifier.grade", "verifier.junit"} <= set(circle) for circle in _circles())
     monkeypatch.setitem(GRAPH, "env_client.http", GRAPH["env_client.http"] | {"env_server.app"})
     assert "env_client.http -> env_server.app" in _wrong_layers()
+
+
+# -- one grader: the task factory checks tasks with the verifier and has no grader of its own ----------
+
+# The modules of task_factory that run pytest, and why: none of them checks a task.
+RUNS_PYTEST = {
+    "task_factory.runner": "build and mine find a candidate's FAIL_TO_PASS/PASS_TO_PASS before a task exists",
+    "task_factory.demo_task": "the demo task's one-off build measures its tests",
+}
+# Who may use those runs: the two task sources, and the reproducer's process-group helper.
+RUNNER_USERS = {"task_factory.build", "task_factory.mine", "task_factory.reproducer"}
+_PLUGIN_MACHINERY = ("pytest", "_pytest", "pluggy")
+
+
+def _hook_names() -> set[str]:
+    from _pytest import hookspec
+
+    return {name for name in vars(hookspec) if name.startswith("pytest_")}
+
+
+HOOKS = _hook_names()
+
+
+def _grader_signs(source: str) -> dict[str, list[str]]:
+    """What makes a module a grader of its own: it imports pytest's plugin machinery, defines pytest
+    hooks (as code or as a plugin's source text), runs ``python -m pytest``, or defines something
+    named *grade* that is no thin call into the verifier (its body calls ``grade_submission``)."""
+    found: dict[str, list[str]] = {"imports": [], "hooks": [], "runs_pytest": [], "graders": []}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            found["imports"] += [n for n in names if n.split(".")[0] in _PLUGIN_MACHINERY and not node.level]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if node.name in HOOKS:
+                found["hooks"].append(node.name)
+            calls = {getattr(c.func, "id", getattr(c.func, "attr", None)) for c in ast.walk(node)
+                     if isinstance(c, ast.Call)}
+            if "grade" in node.name.lower() and "grade_submission" not in calls:
+                found["graders"].append(node.name)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and any(
+                f"def {hook}(" in node.value for hook in HOOKS):
+            found["hooks"].append("a plugin's source text")
+        elif isinstance(node, (ast.List, ast.Tuple)):
+            values = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
+            if any(a == "-m" and b == "pytest" for a, b in zip(values, values[1:])):
+                found["runs_pytest"].append(f"line {node.lineno}")
+    return {k: v for k, v in found.items() if v}
+
+
+def _task_factory_graders() -> dict[str, dict[str, list[str]]]:
+    out = {}
+    for name in sorted(m for m in MODULES if m == "task_factory" or m.startswith("task_factory.")):
+        signs = _grader_signs(MODULES[name].read_text(encoding="utf-8"))
+        if name in RUNS_PYTEST:  # its runs are no check of a task: what it may not do is still checked
+            signs.pop("runs_pytest", None)
+            signs.pop("hooks", None)
+        if signs:
+            out[name] = signs
+    return out
+
+
+def test_the_task_factory_has_no_grader_of_its_own():
+    """No second grader importable from task_factory: no pytest plugin machinery, no pytest runs or
+    hooks outside the runs that find a candidate's tests, nothing named *grade* but thin calls into the
+    verifier; those runs' users are the two sources; every check of a task goes through check.py,
+    which grades with the verifier and does not reach the runner."""
+    assert _task_factory_graders() == {}
+    for name in RUNS_PYTEST:
+        assert name in MODULES, f"{name} is gone: drop it from RUNS_PYTEST"
+    assert {m for m, deps in GRAPH.items() if "task_factory.runner" in deps} <= RUNNER_USERS
+    check = "task_factory.check"
+    assert {"verifier", "verifier.grade_submission"} & GRAPH[check], "the check grades with the verifier"
+    assert not {d for d in GRAPH[check] if d.startswith("task_factory.")} - {
+        "task_factory.sources", "task_factory.verdicts", "task_factory.cache"}, GRAPH[check]
+    assert {m for m, deps in GRAPH.items() if check in deps} >= {
+        "task_factory.validate", "task_factory.build", "task_factory.mine"}
+    assert "task_factory.runner" not in GRAPH["task_factory.validate"]
+
+
+def test_the_grader_rule_would_catch_a_host_grader():
+    host = '''
+import subprocess
+from _pytest.config import hookimpl
+
+PLUGIN = "def pytest_runtest_logreport(report):\\n    pass\\n"
+
+def host_grade(task, diff):
+    return subprocess.run(["python", "-m", "pytest", *task.tests]).returncode == 0
+'''
+    assert _grader_signs(host) == {"imports": ["_pytest.config"], "hooks": ["a plugin's source text"],
+                                   "runs_pytest": ["line 8"], "graders": ["host_grade"]}
+    thin = "async def grade(task, diff, config):\n    return await grade_submission(task, diff, config)\n"
+    assert _grader_signs(thin) == {}
