@@ -207,7 +207,9 @@ class Episode:
             self._agent_changed = True
         context = ToolContext(blocked_tools=tuple(self.sandbox_config.policy.blocked_tools),
                               max_timeout_s=self.sandbox_config.limits.max_command_timeout_s,
-                              submit_sentinel=self.profile.submit_sentinel)
+                              submit_sentinel=self.profile.submit_sentinel,
+                              output_limit=self.sandbox_config.limits.max_output_bytes,
+                              submission_limit=self.config.exact_patch_max_bytes)
         try:
             outcome = await run_tool(self.sandbox, args, context)
         except ArgumentError as exc:  # the runtime refused the agent's arguments
@@ -259,7 +261,7 @@ class Episode:
             if submission.submission_cut:
                 return GradeResult(reward=0.0, mode=self.config.grade_mode, error_source="agent",
                                    error="the submission cannot be graded: the patch printed after the submit "
-                                         "line was cut at the sandbox's output limit")
+                                         f"line is over {self.config.exact_patch_max_bytes} bytes (exact_patch_max_bytes)")
             return await self._grade_text(submission.submission or "")
         try:
             diff = await self._read_diff()

@@ -50,6 +50,10 @@ class ToolContext(BaseModel):
     blocked_tools: tuple[str, ...] = ()
     max_timeout_s: float | None = None
     submit_sentinel: str | None = None
+    #: output an observation keeps (the sandbox's max_output_bytes), and what a command that may submit
+    #: by the sentinel line keeps: its output is the patch, cut only past this (then it cannot be graded)
+    output_limit: int = 64 * 1024
+    submission_limit: int = 4 * 1024 * 1024
 
 
 Handler = Callable[[Sandbox, Any, ToolContext], Awaitable[ToolOutcome]]
@@ -117,7 +121,9 @@ async def _subshell_bash(sb: Sandbox, args: SubshellBashArgs, ctx: ToolContext) 
     sentinel, with exit status 0, submits the rest of the output."""
     timeout = SUBSHELL_TIMEOUT_S if ctx.max_timeout_s is None else min(SUBSHELL_TIMEOUT_S, ctx.max_timeout_s)
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in SUBSHELL_ENV.items())
-    res = await sb.run(f"(cd /workspace && exec env {env} bash -c {shlex.quote(args.command)})", timeout_s=timeout)
+    limit = max(ctx.output_limit, ctx.submission_limit) if ctx.submit_sentinel is not None else ctx.output_limit
+    res = await sb.run(f"(cd /workspace && exec env {env} bash -c {shlex.quote(args.command)})", timeout_s=timeout,
+                       output_limit=limit)
     returncode = res.exit_code if res.exit_code is not None else -1
     exception = None
     if res.status is CommandStatus.timeout:
@@ -130,7 +136,19 @@ async def _subshell_bash(sb: Sandbox, args: SubshellBashArgs, ctx: ToolContext) 
     if (ctx.submit_sentinel is not None and lines and lines[0].strip() == ctx.submit_sentinel
             and res.exit_code == 0 and res.status is CommandStatus.ok):
         outcome.submission, outcome.submission_cut = "".join(lines[1:]), res.truncated
+    if outcome.submission is None:  # an observation keeps what any command's does
+        outcome.output = cut_output(outcome.output, ctx.output_limit)
     return outcome
+
+
+def cut_output(text: str, limit: int) -> str:
+    """``text`` kept to ``limit`` bytes, head and tail, as the sandbox cuts a command's output."""
+    data = text.encode("utf-8", "surrogateescape")
+    if len(data) <= limit:
+        return text
+    half = limit // 2
+    marker = f"\n[... output truncated: {len(data) - 2 * half} bytes omitted of {len(data)} ...]\n"
+    return (data[:half].decode("utf-8", "replace") + marker + data[len(data) - half:].decode("utf-8", "replace"))
 
 
 @handles(CreateArgs)

@@ -28,8 +28,11 @@ class Sandbox(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def run(self, command: str, timeout_s: float | None = None) -> CommandResult:
+    async def run(self, command: str, timeout_s: float | None = None, output_limit: int | None = None) -> CommandResult:
         """Run ``command`` in the session's persistent shell (cwd, exports persist).
+
+        ``output_limit``: bytes of output kept (head and tail) for this command; None: the
+        configured ``max_output_bytes``.
 
         On timeout every process the command started is killed and the shell
         survives. Raises SandboxDied only when the sandbox itself is gone.

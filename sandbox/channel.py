@@ -137,9 +137,10 @@ class RuntimeChannel:
         return reply
 
     # -- typed operations shared by the backends ----------------------------------
-    async def run(self, command: str, timeout_s: float) -> CommandResult:
+    async def run(self, command: str, timeout_s: float, output_limit: int | None = None) -> CommandResult:
+        extra = {"output_limit": output_limit} if output_limit is not None else {}
         try:
-            r = await self.request("run", timeout_s + 15.0, command=command, timeout_s=timeout_s)
+            r = await self.request("run", timeout_s + 15.0, command=command, timeout_s=timeout_s, **extra)
         except SandboxDied:
             return CommandResult(output="", status=CommandStatus.sandbox_died)
         return self._command_result(r)

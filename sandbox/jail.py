@@ -129,9 +129,9 @@ class JailSandbox(Sandbox):
             result.output += f"\n[{overrun}: the session is closed]"
         return result
 
-    async def run(self, command: str, timeout_s: float | None = None) -> CommandResult:
+    async def run(self, command: str, timeout_s: float | None = None, output_limit: int | None = None) -> CommandResult:
         self._check_open()
-        return await self._settle(await self._channel.run(command, self._timeout(timeout_s)))
+        return await self._settle(await self._channel.run(command, self._timeout(timeout_s), output_limit))
 
     async def run_isolated(self, command: str, timeout_s: float, output_limit: int) -> CommandResult:
         self._check_open()

@@ -848,7 +848,7 @@ class Runtime:
             data = script.encode("utf-8", "surrogateescape")
         except UnicodeEncodeError as e:  # a lone surrogate: no shell can hold it
             raise RuntimeFailure("invalid_arguments", "command is not valid Unicode text (position %d)" % e.start)
-        out = OutputBuffer(self._cap)
+        out = OutputBuffer(max(1024, int(req.get("output_limit") or self._cap)))
         try:  # a shell that died since the last command shows here (EPIPE) and is replaced
             _write_all(sh.in_fd, data)
         except OSError:

@@ -74,6 +74,19 @@ def test_bash_only_gold_through_the_sentinel_scores_one_and_empty_zero(make_serv
                                             + "git apply /tmp/gold.patch"))
             r = await call(ws, "step", tool("bash", command=f"echo {SUBMIT_SENTINEL} && echo not-a-patch"))
             assert r["data"]["done"] is True and r["data"]["reward"] == 0.0, r
+            # a patch over the 64 KiB an observation keeps is still the whole submission (a correct fix
+            # with a big patch is not cut into a zero), while any other command's output is cut as usual
+            await call(ws, "reset", {"instance_id": demo_task.instance_id, "profile": "bash-only"})
+            r = await call(ws, "step", tool("bash", command="head -c 200000 /dev/zero | tr '\\0' x"))
+            out = r["data"]["observation"]["output"]
+            assert "output truncated" in out and len(out.encode()) < 70 * 1024
+            r = await call(ws, "step", tool("bash", command=_gold_heredoc(demo_task.patch)
+                                            + "git apply /tmp/gold.patch && for i in $(seq 3000); do "
+                                            "echo \"note $i: a long line of prose, kept in the patch\"; done > NOTES.txt"
+                                            " && git add -N NOTES.txt && git diff > /tmp/patch.txt && wc -c < /tmp/patch.txt"))
+            assert int(r["data"]["observation"]["output"].split()[-1]) > 100_000, r
+            r = await call(ws, "step", tool("bash", command=f"echo {SUBMIT_SENTINEL} && cat /tmp/patch.txt"))
+            assert r["data"]["done"] is True and r["data"]["reward"] == 1.0, r["data"]["metadata"]
             # the default profile in the same server: unchanged
             r = await call(ws, "reset", {"instance_id": demo_task.instance_id})
             assert {t["name"] for t in r["data"]["observation"]["tools"]} == set(get_profile(None).names)
