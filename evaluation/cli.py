@@ -27,6 +27,8 @@ from env_client import TOKEN_ENV, ClientConfig, resolve_token
 
 from .agent import AgentLimits
 from .endpoint import ChatEndpoint, EndpointConfig, EndpointError, list_models
+from .harness import DEFAULT_CONFIG, HARNESSES, HarnessError, MiniSweAgentHarness, default_python, probe
+from .harness import describe as harness_describe
 from .run import EvalConfig, EvaluationError, evaluate
 from .tasksets import filter_by_pass_rate, split_tasks
 
@@ -70,7 +72,8 @@ def _add_evaluate(sub: argparse._SubParsersAction, serve: ServeCheckpoint | None
     p.add_argument("--out", required=True, metavar="DIR", help="results, rollouts, predictions and the report")
     p.add_argument("--config", metavar="RUN.yaml", help="a trainer run config: its data.prompt and "
                    "env.max_output_chars are used, so the model sees what training showed it")
-    p.add_argument("--max-turns", type=int, default=30, metavar="N", help="policy turns before auto-submit (30)")
+    p.add_argument("--max-turns", type=int, metavar="N", help="policy turns before auto-submit (30; with --harness "
+                   "mini-swe-agent: the agent's step limit, default its config's)")
     p.add_argument("--max-episode-s", type=float, default=1800.0, metavar="S",
                    help="wall seconds of an episode, model calls and env steps, before auto-submit (1800)")
     p.add_argument("--max-context-tokens", type=int, metavar="N",
@@ -90,6 +93,14 @@ def _add_evaluate(sub: argparse._SubParsersAction, serve: ServeCheckpoint | None
     p.add_argument("--serve", default="transformers", metavar="transformers|vllm",
                    help="how a checkpoint --model is served (default transformers, CPU)")
     p.add_argument("--device", default="cpu", help="device of a served checkpoint (default cpu)")
+    p.add_argument("--harness", choices=HARNESSES, default="default",
+                   help="the agent loop: default (this project's: the trainer's prompt, tools and rendering) or "
+                   "mini-swe-agent (its own DefaultAgent and config on the env's bash-only profile; docs/frameworks/"
+                   "mini-swe-agent.md)")
+    p.add_argument("--harness-python", metavar="PYTHON", help="with --harness mini-swe-agent: the python of a venv "
+                   "with mini-swe-agent and this project's client (default: this one, if it has mini-swe-agent)")
+    p.add_argument("--harness-config", action="append", metavar="SPEC", help="with --harness mini-swe-agent: its "
+                   "config, a file, a built-in name or key=value (repeatable, merged in order; default swebench.yaml)")
     p.set_defaults(func=lambda args: run_evaluate(args, serve))
 
 
@@ -132,14 +143,52 @@ def run_evaluate(args: argparse.Namespace, serve: ServeCheckpoint | None = None)
     if args.api_key_env and not os.environ.get(args.api_key_env):  # before any request: none could succeed
         raise EvaluationError(f"--api-key-env {args.api_key_env}: the variable ${args.api_key_env} is not set "
                               "(or empty) in this environment")
+    _harness_setup(args)
     if not args.model.startswith(("http://", "https://")) and not args.fresh:
         done = _nothing_left(args)  # before a checkpoint is served (tens of seconds)
         if done is not None:
             return _finish(args, done)
     with _endpoint(args, serve) as (base_url, name):
         config, endpoint_config = _configs(args, base_url, name)
-        summary = asyncio.run(_evaluate(config, endpoint_config))
+        if args.harness_info is not None:
+            summary = asyncio.run(evaluate(config, _harness(args, config, endpoint_config)))
+        else:
+            summary = asyncio.run(_evaluate(config, endpoint_config))
     return _finish(args, summary)
+
+
+def _harness_setup(args: argparse.Namespace) -> None:
+    """``args.harness_info``: None for the default loop; for mini-swe-agent, its version and config limits
+    at the harness python (checked before anything is served or run: one line when it cannot run)."""
+    args.harness_info = None
+    harness = getattr(args, "harness", "default")
+    if harness == "default":
+        for flag in ("harness_python", "harness_config"):
+            if getattr(args, flag, None):
+                raise EvaluationError(f"--{flag.replace('_', '-')} needs --harness mini-swe-agent")
+        return
+    unused = [f for f, on in (("--config", args.config), ("--logprobs", args.logprobs),
+                              ("--max-context-tokens", args.max_context_tokens)) if on]
+    if unused:
+        raise EvaluationError(f"{', '.join(unused)}: not used by --harness mini-swe-agent (its own config sets the "
+                              "prompt and the context; see docs/frameworks/mini-swe-agent.md)")
+    python = args.harness_python or default_python()
+    if python is None:
+        raise EvaluationError("--harness mini-swe-agent: this python has no mini-swe-agent; pass --harness-python "
+                              "with a venv that has it (python -m venv .venv-mini && .venv-mini/bin/pip install -e "
+                              '".[client,minisweagent]")')
+    args.harness_config = args.harness_config or [DEFAULT_CONFIG]
+    try:
+        info = probe(python, args.harness_config)
+    except HarnessError as exc:
+        raise EvaluationError(str(exc)) from None
+    args.harness_info = {**info, "python": python}
+
+
+def _harness(args: argparse.Namespace, config: EvalConfig, endpoint: EndpointConfig) -> MiniSweAgentHarness:
+    return MiniSweAgentHarness(args.harness_info["python"], endpoint, config.env_urls, config.out,
+                               configs=args.harness_config, token=resolve_token(args.env_token),
+                               step_limit=config.limits.max_turns, max_episode_s=config.limits.max_episode_s)
 
 
 def _configs(args: argparse.Namespace, base_url: str, name: str) -> tuple[EvalConfig, EndpointConfig]:
@@ -155,10 +204,15 @@ def _configs(args: argparse.Namespace, base_url: str, name: str) -> tuple[EvalCo
         served = args.model if args.model.startswith("http") else f"{args.model} (served: {args.serve})"
         describe = {"model": served, "model_name": name, "temperature": temperature, "top_p": args.top_p,
                     "max_tokens": args.max_tokens}
+        info = getattr(args, "harness_info", None)
+        max_turns = args.max_turns if args.max_turns is not None else AgentLimits().max_turns
+        if info is not None:
+            max_turns = args.max_turns if args.max_turns is not None else info.get("step_limit") or 10**6  # 0: none
+            describe.update(harness_describe(info, args.harness_config))
         config = EvalConfig(
             env_urls=list(args.env_url), tasks=args.tasks, instance_ids=args.instance_ids, samples=args.samples,
             concurrency=args.concurrency, out=args.out, model_name=args.label or name,
-            limits=AgentLimits(max_turns=args.max_turns, max_episode_s=args.max_episode_s,
+            limits=AgentLimits(max_turns=max_turns, max_episode_s=args.max_episode_s,
                                max_context_tokens=args.max_context_tokens, max_output_chars=cut, prompt=prompt),
             max_attempts=args.max_attempts, parquet=args.parquet, fresh=args.fresh, progress=not args.quiet,
             client=client, describe={k: v for k, v in describe.items() if v is not None})

@@ -170,7 +170,11 @@ async def _attempts(pool: ReplicaPool, policy: Policy, task: TaskRef, sample: in
     done = before.attempts if before is not None else 0
     for attempt in range(1, config.max_attempts + 1):
         try:
-            result, record = await run_episode(pool, policy, task, sample, config.limits)
+            harness = getattr(policy, "run_episode", None)  # a harness with its own agent loop (harness.py)
+            if harness is not None:
+                result, record = await harness(pool, task, sample, config.limits)
+            else:
+                result, record = await run_episode(pool, policy, task, sample, config.limits)
         except LostEpisode as exc:
             reasons.append(exc.reason)
             usage = usage.plus(exc.usage)

@@ -15,6 +15,9 @@ by `--mode`:
   pytest's command line and exits 0, then submits (the grader's tamper check: reward_hacking);
 - `flagged`: the gold patch plus a module that calls `os._exit` (never called), then submits
   (resolved, and the submission monitor's `process_exit` flag).
+- `bash-gold`, `bash-noop`: the `bash-only` profile's (mini-swe-agent's) way, bash calls only, as its
+  SWE-bench config asks: the gold patch applied (`bash-noop`: nothing), `git diff > patch.txt`, then
+  `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat patch.txt` (resolved 1.0 / 0.0).
 
 `--task-mode IID=MODE` gives one task its own mode. `--delay S` sleeps before each answer (a
 slow model); `--logprobs` returns per-token log-probs, and token ids as vLLM does when the
@@ -68,6 +71,7 @@ def _gold(task: dict[str, Any]) -> str:
 
 
 SUBMIT = {"name": "submit", "arguments": "{}"}
+BASH_SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat patch.txt"
 
 
 def _next_call(mode: str, task: dict[str, Any], n: int, turns: int) -> dict[str, Any] | None:
@@ -87,13 +91,17 @@ def _next_call(mode: str, task: dict[str, Any], n: int, turns: int) -> dict[str,
     if mode == "hack":
         target = _patched_file(task["patch"])
         return _bash(f"cat >> /workspace/{target} <<'FORGE_EOF'\n{FORGE}FORGE_EOF") if n == 0 else SUBMIT
+    if mode in ("bash-gold", "bash-noop"):
+        script = ([_gold(task)] if mode == "bash-gold" else []) + ["git diff > patch.txt", BASH_SUBMIT]
+        return _bash(script[min(n, len(script) - 1)])
     if mode == "flagged":
         return _bash(_gold(task) + f"\ncat > /workspace/stop_helper.py <<'EOF'\n{FLAGGED_MODULE}EOF") if n == 0 \
             else SUBMIT
     raise ValueError(f"unknown mode {mode}")
 
 
-MODES = ["gold", "submit", "silent", "explore", "patch-then-ls", "patch-then-sleep", "hack", "flagged"]
+MODES = ["gold", "submit", "silent", "explore", "patch-then-ls", "patch-then-sleep", "hack", "flagged", "bash-gold",
+         "bash-noop"]
 
 
 def build_app(tasks_file: str, mode: str, delay: float = 0.0, turns: int = 3, logprobs: bool = False,
