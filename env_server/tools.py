@@ -122,11 +122,15 @@ async def _subshell_bash(sb: Sandbox, args: SubshellBashArgs, ctx: ToolContext) 
     timeout = SUBSHELL_TIMEOUT_S if ctx.max_timeout_s is None else min(SUBSHELL_TIMEOUT_S, ctx.max_timeout_s)
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in SUBSHELL_ENV.items())
     limit = max(ctx.output_limit, ctx.submission_limit) if ctx.submit_sentinel is not None else ctx.output_limit
-    res = await sb.run(f"(cd /workspace && exec env {env} bash -c {shlex.quote(args.command)})", timeout_s=timeout,
-                       output_limit=limit)
+    wrapper = f"cd /workspace && exec env {env} bash -c "
+    res = await sb.run(f"({wrapper}{shlex.quote(args.command)})", timeout_s=timeout, output_limit=limit)
+    if wrapper in res.output:  # the shell's "Killed ( cd /workspace && exec env ..." notice: not the agent's output
+        res = res.model_copy(update={"output": "".join(line for line in res.output.splitlines(keepends=True)
+                                                       if wrapper not in line)})
     returncode = res.exit_code if res.exit_code is not None else -1
     exception = None
-    if res.status is CommandStatus.timeout:
+    if res.status is CommandStatus.timeout:  # as mini-swe-agent reports a timeout: no return code
+        returncode = -1
         exception = f"An error occurred while executing the command: the command timed out after {timeout:g} seconds"
     elif res.status is not CommandStatus.ok and res.exit_code is None:
         exception = f"An error occurred while executing the command: it ended with status {res.status.value}"

@@ -137,3 +137,25 @@ def test_bash_only_budget_end_is_a_zero_and_a_fork_keeps_the_profile(make_server
             assert r["data"]["done"] is True and r["data"]["reward"] == 1.0, r
     with make_server(episode=EpisodeConfig(max_steps=3)) as srv:
         run(main(srv))
+
+
+def test_bash_only_timeout_reads_as_mini_swe_agent_reports_it(make_server, demo_task):
+    """A command past its limit: return code -1 and the exception line, the partial output, and none of
+    the server's own wrapper in it."""
+    from sandbox.models import Limits, SandboxConfig
+
+    async def main(srv):
+        async with websockets.connect(srv.ws_url + "/ws") as ws:
+            await call(ws, "reset", {"instance_id": demo_task.instance_id, "profile": "bash-only"})
+            r = await call(ws, "step", tool("bash", command="echo started; sleep 30"))
+            meta, out = r["data"]["metadata"], r["data"]["observation"]["output"]
+            assert meta["returncode"] == -1 and meta["error_kind"] == "timeout", r
+            assert meta["exception_info"].endswith("timed out after 2 seconds")
+            assert "started" in out and "exec env" not in out and "PAGER" not in out, out
+            rendered = format_tool_output(r["data"]["observation"] | {"metadata": meta}, style="returncode")
+            assert rendered.startswith("<exception>An error occurred while executing the command: ")
+            assert "<returncode>-1</returncode>" in rendered
+            r = await call(ws, "step", tool("bash", command="echo alive"))  # the next command runs as usual
+            assert r["data"]["observation"]["output"] == "alive\n" and r["data"]["metadata"]["returncode"] == 0
+    with make_server(sandbox=SandboxConfig(limits=Limits(max_command_timeout_s=2))) as srv:
+        run(main(srv))
