@@ -98,6 +98,10 @@ class DataSection(_Section):
 class OutputSection(_Section):
     metrics_jsonl: str | None = Field(None, description="default: <output_dir>/metrics.jsonl")
     plot: bool = True
+    sample_every: int = Field(5, ge=0, description="print one rollout of every Nth step (its tool calls, reward, "
+                              "trace); every step's is kept in <output_dir>/samples.jsonl; 0: never printed")
+    heartbeat_s: float = Field(30.0, ge=0, description="inside a longer step, a progress line every this many "
+                               "seconds (on a terminal, a pipe or a file alike); 0: none")
     rank_report: bool = Field(False, description="write <output_dir>/ranks/rank<k>.json at the end (trainer_client/"
                               "distributed.py): sessions per replica, rollouts, a digest of the full parameters")
 

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 from contract import (DEFAULT_SUSPICION_POLICY, SuspicionDecision, SuspicionPolicy, ToolProfile, format_tool_output,
                       get_profile, suspicion_decision)
 from env_client import ClientConfig, EnvClient, EnvClientError, RemoteSession
+from trainer_client.console import describe_call
 
 __all__ = ["EnvRuntime", "SweEnvironment", "environment_class", "make_environment_class"]
 
@@ -207,10 +208,11 @@ class SweEnvironment:
             return "Error: the episode is over (submit was called); no more tool calls are accepted."
         args = {k: v for k, v in arguments.items() if v is not None}
         return self._settle(tool_name, record, lambda: self.runtime.run(
-            self._session.call_tool(tool_name, args, metadata=self._turn_metadata(record))))
+            self._session.call_tool(tool_name, args, metadata=self._turn_metadata(record))), describe_call(args))
 
-    def _settle(self, tool_name: str, record: bool, observe) -> str:
-        """Record the observation `observe()` returns (or the infra failure it raises) as this turn's."""
+    def _settle(self, tool_name: str, record: bool, observe, args: str = "") -> str:
+        """Record the observation `observe()` returns (or the infra failure it raises) as this turn's
+        (`args`: the call's arguments in one line, for the run's sampled episodes)."""
         turn = len(self.turns)
         try:
             obs = observe()
@@ -218,7 +220,7 @@ class SweEnvironment:
             # infrastructure, not the policy: recorded, never turned into an error site
             self.infra_error = f"{type(exc).__name__}: {exc}"
             self.turns.append({"turn": turn, "tool_name": tool_name, "error_kind": "infra",
-                               "hint_template_key": None, "error_source": "infra"})
+                               "hint_template_key": None, "error_source": "infra", "args": args})
             self.done = True
             return f"Error: the environment failed ({type(exc).__name__}); the episode cannot continue."
         meta = obs.get("metadata") or {}
@@ -229,6 +231,7 @@ class SweEnvironment:
                 "error_kind": meta.get("error_kind"),
                 "hint_template_key": meta.get("hint_template_key"),
                 "error_source": meta.get("error_source"),
+                "args": args,
             })
         if obs.get("done"):
             self.done = True

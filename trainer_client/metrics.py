@@ -36,6 +36,7 @@ COLUMNS: tuple[tuple[str, str, int, str], ...] = (
     ("reward", "reward", 7, ".3f"),
     ("pass", "env/pass_rate", 5, ".2f"),
     ("hacked", "env/reward_hacking", 6, "g"),
+    ("lost", "env/infra_failures", 4, "g"),
     ("grpo", "channels/grpo", 8, ".4f"),
     ("hints", "channels/sdpo", 8, ".4f"),
     ("sites", "channels/error_sites", 5, "g"),
@@ -51,6 +52,7 @@ COLUMNS: tuple[tuple[str, str, int, str], ...] = (
 LEGEND = {
     "pass": "pass: share resolved",
     "hacked": "hacked: rollouts flagged as reward hacking",
+    "lost": "lost: rollouts lost to env failures (masked out)",
     "grpo": "grpo/hints/dpo: loss of channel 1/2/3",
     "sites": "sites: error sites (channel 2's input)",
     "pairs": "pairs: preference pairs (channel 3's input)",

@@ -17,6 +17,7 @@ from pathlib import Path
 from pydantic import SecretStr, ValidationError
 
 from env_client import resolve_token
+from env_client.urls import http_base
 from trainer_client.config import RunConfig, config_error, load_config, load_tokenizer, model_path
 
 __all__ = ["RunSetupError", "capacity_report", "name_the_base_model", "resolve_config", "train"]
@@ -113,6 +114,7 @@ def train(cfg: RunConfig, resume: bool = False):
     from trainer_client.config import build_grpo_config, build_loss_config, build_peft_config
     from trainer_client.distributed import allow_cpu_fsdp, write_rank_report
     from trainer_client.environment import make_environment_class
+    from trainer_client.console import Heartbeat, RunConsole
     from trainer_client.metrics import MetricsCallback, plot_metrics, quiet_progress
     from trainer_client.trainer import SweGRPOTrainer
 
@@ -148,6 +150,8 @@ def train(cfg: RunConfig, resume: bool = False):
             print(capacity_report(capacity, grpo, cfg.env.client.capacity_wait_s), flush=True)
         # a new run in a used output directory starts its metrics file afresh; a resumed one appends
         callbacks = [MetricsCallback(jsonl, fresh=not resume and grpo.process_index == 0)]
+        heartbeat = Heartbeat(every_s=cfg.output.heartbeat_s)
+        callbacks.append(heartbeat)
         held_out = None
         if cfg.eval.tasks:
             from trainer_client.eval_during_training import HeldOutEvalCallback
@@ -161,6 +165,12 @@ def train(cfg: RunConfig, resume: bool = False):
             callbacks=callbacks, peft_config=build_peft_config(cfg),
             live_replay=live, live_pairs=cfg.replay.enabled,
         )
+        heartbeat.trainer = trainer
+        if grpo.process_index == 0:
+            samples = Path(grpo.output_dir) / "samples.jsonl"
+            if not resume and samples.exists():
+                samples.unlink()  # a new run in a used output directory starts it afresh, like metrics.jsonl
+            trainer.run_console = RunConsole(grpo.output_dir, cfg.output.sample_every)
         if held_out is not None:
             if trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled:
                 raise RunSetupError("eval.tasks (held-out evaluation during training) generates on the main "
@@ -188,4 +198,14 @@ def train(cfg: RunConfig, resume: bool = False):
         png = plot_metrics(jsonl, Path(grpo.output_dir) / "metrics.png")
         if png:
             print(f"metrics: {jsonl}  plot: {png}")
+    if grpo.process_index == 0:
+        print(traces_line(cfg.env.urls, Path(grpo.output_dir) / "samples.jsonl"), flush=True)
     return trainer
+
+
+def traces_line(urls: list[str], samples: Path) -> str:
+    """The run's last line: where its episodes' traces are (each on the replica that ran it)."""
+    bases = ", ".join(http_base(u) for u in urls)
+    kept = f"; {samples} names each sampled episode's trace" if samples.exists() else ""
+    return (f"traces: each episode's trace is on the replica that ran it ({bases}): GET <replica>/episodes/"
+            f"<episode_id>/trace, or <data-dir>/traces/<episode_id>.jsonl on its disk{kept}")

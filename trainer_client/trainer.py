@@ -38,6 +38,8 @@ from trl import GRPOTrainer
 from trl.chat_template_utils import parse_response
 
 from contract import SuspicionPolicy, SuspicionReason
+from env_client.urls import http_base
+from trainer_client.console import RunConsole, rollout_summary
 from trainer_client.distributed import gather_objects
 from trainer_client.losses.mixin import ThreeChannelLossMixin
 
@@ -133,19 +135,27 @@ class ConcurrentToolsMixin:
         counts["sites"] = sum(map(len, sites)) if envs else 0
         counts.update(self._capacity_delta(envs))
         self.rollouts_local += len(envs)
-        per_rank = gather_objects(self, (dict(counts), self._tool_phase_s))
+        console = self.run_console
+        rollouts = [rollout_summary(env) for env in envs]  # every rank's: the main process prints them
+        per_rank = gather_objects(self, (dict(counts), self._tool_phase_s, rollouts, self._replicas(envs)))
         self._tool_phase_s = 0.0
         total: Counter = Counter()
-        for rank_counts, _ in per_rank:
+        for rank_counts, *_ in per_rank:
             total.update(rank_counts)
         n = total.pop("rollouts", 0)
         if not n:
             return
+        if console is not None and self.args.process_index == 0:  # lost rollouts, replicas, a sampled episode
+            replicas: dict[str, bool] = {}
+            for *_, rank_replicas in per_rank:
+                for url, live in rank_replicas.items():
+                    replicas[url] = replicas.get(url, True) and live
+            console.report(self.state.global_step + 1, [r for _, _, rank, _ in per_rank for r in rank], replicas)
         metrics = self._metrics[mode]
         metrics["env/rollouts"].append(float(n))
         metrics["env/turns_per_rollout"].append(total.pop("turns", 0) / n)
         metrics["env/error_sites_per_rollout"].append(total.pop("sites", 0) / n)
-        metrics["env/tool_phase_s"].append(max(seconds for _, seconds in per_rank))
+        metrics["env/tool_phase_s"].append(max(seconds for _, seconds, *_ in per_rank))
         metrics["env/pass_rate"].append(total.pop("env/passed", 0) / n)
         for key in ("env/infra_failures", "env/reward_hacking", "env/suspicious_submissions", "env/suspicious_zeroed",
                     "env/suspicious_masked", *(f"env/suspicious/{r}" for r in SUSPICION_REASONS)):
@@ -155,6 +165,16 @@ class ConcurrentToolsMixin:
                 metrics[key].append(float(total.pop(key)))
         for key, value in sorted(total.items()):  # env/errors/<kind>: per rollout
             metrics[key].append(value / n)
+
+    #: the main process's console lines about the env (trainer_client/console.py); None: none
+    run_console: RunConsole | None = None
+
+    @staticmethod
+    def _replicas(envs: list) -> dict[str, bool]:
+        """Each replica of this rank's pool (URL -> live)."""
+        runtime = getattr(envs[0], "runtime", None) if envs else None
+        pool = getattr(runtime, "pool", None)
+        return {http_base(c.url): not c.dead for c in getattr(pool, "connections", [])}
 
     _capacity_seen: tuple[int, float] = (0, 0.0)
     _tool_phase_s: float = 0.0

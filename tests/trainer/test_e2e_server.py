@@ -7,6 +7,7 @@ on PyPI (tests/taskpack.py::build_mined_pack), served by this module's own env s
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,20 @@ def server(bwrap, tasks_file, tmp_path_factory):
     proc, url = _start_env_server(tasks_file, tmp_path_factory.mktemp("env-data"))
     yield url
     _stop_process(proc)
+
+
+@contextmanager
+def capture_console():
+    """The lines the run's console writes (trainer_client.metrics._write), in order."""
+    from trainer_client import metrics
+
+    lines: list[str] = []
+    original = metrics._write
+    metrics._write = lines.append
+    try:
+        yield lines
+    finally:
+        metrics._write = original
 
 
 def _instance_ids(tasks_file: Path) -> list[str]:
@@ -104,6 +119,21 @@ def test_two_replicas_one_killed_mid_run(tasks_file, tmp_path):
         survivors = [e for e in envs if not e.infra_error]
         assert len(victims) == 2 and len(survivors) == 2
         assert all(e.get_reward() is None for e in victims)  # masked out of GRPO, not an exception
+        # the console names the lost rollouts and the replica once (what the trainer prints per batch)
+        from trainer_client.console import RunConsole, rollout_summary
+        from trainer_client.trainer import ConcurrentToolsMixin
+
+        console = RunConsole(tmp_path / "run", sample_every=1)
+        replicas = ConcurrentToolsMixin._replicas(envs)
+        assert replicas == {url_a: True, url_b: False}
+        with capture_console() as lines:
+            console.report(3, [rollout_summary(e) for e in envs], replicas)
+            console.report(4, [rollout_summary(e) for e in survivors], replicas)
+        text = "\n".join(lines)
+        assert f"[env] step 3: 2 of 4 rollouts lost to the env (masked out of the loss): 2 on {url_b}" in text
+        assert text.count(f"replica {url_b} is out of rotation") == 1 and f"1 live replica(s): {url_a}" in text
+        assert "[sample] step 3" in text and f"trace: {url_a}/episodes/" in text  # a graded rollout is shown
+        assert "step 4: " not in text  # nothing lost in step 4
         assert [c.url.split(":")[-1] for c in env_cls.runtime.pool.live] == [url_a.split(":")[-1] + "/mux"]
         fresh = env_cls()
         fresh.reset(instance_id=iid)  # new sessions land on the live replica
