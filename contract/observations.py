@@ -78,6 +78,9 @@ class StateRecord(BaseModel):
     observation: SWEObservation
     diff: str | None = Field(description="workspace diff against the base commit after step t "
                                          "(null: it could not be read after some step <= t)")
+    submission: str | None = Field(None, description=(
+        "the patch step t submitted by a command's sentinel line (a profile such as bash-only): what was graded, "
+        "instead of the workspace diff"))
     next_action: NextAction | None = None
     turn_token_ids: list[list[int] | None] | None = Field(None, description=(
         "per assistant message of `messages`, the token ids the policy generated for it, when its client "

@@ -238,7 +238,7 @@ class EpisodeRecorder:
         self.head: dict[str, Any] = {"kind": "reset", "episode_id": self.episode_id, "instance_id": self.instance_id,
                                      "system": "", "issue": observation.get("issue") or "",
                                      "tools": observation.get("tools") or [], "observation": observation,
-                                     "context": reset_params.get("context")}
+                                     "context": reset_params.get("context"), "profile": reset_params.get("profile")}
         self.steps: list[dict[str, Any]] = []
         self._logprobs: dict[int, list[float]] = {}
 

@@ -197,6 +197,7 @@ def state_at(records: list[dict[str, Any]], t: int) -> StateRecord:
                                  arguments=nxt.get("arguments", {}))
     return StateRecord(episode_id=head["episode_id"], instance_id=head["instance_id"], t=t, messages=messages,
                        tools=tools, observation=SWEObservation.model_validate(observation), diff=diff,
+                       submission=steps[t - 1].get("submission") if t >= 1 else None,
                        next_action=next_action, turn_token_ids=turn_ids)
 
 

@@ -43,7 +43,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from contract import DEFAULT_PROMPT, ContextSpec, policy_tools, render_context
+from contract import (DEFAULT_PROFILE, DEFAULT_PROMPT, SUBMIT_SENTINEL, ContextSpec, get_profile,
+                      policy_tools, render_context)
 from env_client import EnvAuthError, EnvClientError, NoLiveReplicaError, PolicyTurn, ReplicaPool, RolloutRecord
 
 from .endpoint import EndpointError, PolicyReply
@@ -75,11 +76,18 @@ class AgentLimits(BaseModel):
                                            "completion tokens reach this (None: the endpoint's own limit)")
     max_output_chars: int = Field(8000, gt=0, description="tool output kept per call (head and tail)")
     prompt: str = Field(DEFAULT_PROMPT, description="the user message before the issue (the trainer's data.prompt)")
+    profile: str = Field(DEFAULT_PROFILE, description="the env's tool profile (the trainer's env.profile): its tools "
+                         "are shown, a profile without a submit tool ends unsubmitted at a limit (reward 0)")
 
     def context(self) -> ContextSpec:
         """The ContextSpec sent with reset: the trainer's presentation of an episode."""
-        return ContextSpec(prompt=[{"role": "user", "content": self.prompt}], tools=policy_tools(),
+        return ContextSpec(prompt=[{"role": "user", "content": self.prompt}], tools=policy_tools(self.profile),
                            max_output_chars=self.max_output_chars)
+
+    def reset(self, instance_id: str) -> dict[str, Any]:
+        """The reset a trainer sends for ``instance_id``: its context, and its profile when not the default."""
+        return {"instance_id": instance_id, "context": self.context(),
+                **({"profile": self.profile} if self.profile != DEFAULT_PROFILE else {})}
 
 
 class TaskRef(BaseModel):
@@ -203,7 +211,7 @@ async def _run(pool: ReplicaPool, policy: Policy, task: TaskRef, sample: int, li
                ep: _Episode) -> tuple[EpisodeResult, RolloutRecord | None]:
     t0 = time.monotonic()
     try:
-        session, _ = await pool.open_session(instance_id=task.instance_id, context=limits.context())
+        session, _ = await pool.open_session(**limits.reset(task.instance_id))
     except (EnvAuthError, NoLiveReplicaError):
         raise  # no attempt can succeed: the run stops
     except EnvClientError as exc:
@@ -255,7 +263,25 @@ async def _step(session: Any, ep: _Episode, name: str, arguments: dict[str, Any]
 
 
 async def _auto_submit(session: Any, ep: _Episode) -> dict[str, Any]:
-    return await _step(session, ep, "submit", {}, metadata={"origin": "client"})
+    """The client's submit at a limit; under a profile without a submit tool (bash-only: the sentinel line
+    is the only submission) nothing is submitted: the episode ends ungraded, reward 0."""
+    profile = get_profile((session.recording.head.get("profile") if session.recording is not None else None))
+    submit = next((t.name for t in profile.tools if t.submits), None)
+    if submit is None:
+        steps = session.recording.steps if session.recording is not None else []
+        return {"done": True, "reward": 0.0, "output": "", "metadata": {
+            "step": len(steps), "resolved": False, "unsubmitted": True,
+            "grade_error": "nothing was submitted (the submit line never ran)", "grade_error_source": "agent"}}
+    return await _step(session, ep, submit, {}, metadata={"origin": "client"})
+
+
+def _submitted(name: str, obs: dict[str, Any]) -> bool:
+    """A done observation that came from a submission: the submit tool, or a command whose output's
+    first line is the sentinel (a profile such as bash-only)."""
+    if name == "submit":
+        return True
+    lines = str(obs.get("output") or "").lstrip().splitlines()
+    return bool(lines) and lines[0].strip() == SUBMIT_SENTINEL and not (obs.get("metadata") or {}).get("grade_error")
 
 
 class _Context:
@@ -336,7 +362,7 @@ async def _loop(session: Any, policy: Policy, limits: AgentLimits, ep: _Episode)
             name = call["function"]["name"]
             obs = await _step(session, ep, name, _capped(name, _arguments(call), left))
             if obs.get("done"):
-                return obs, "submitted" if name == "submit" else "step_limit"
+                return obs, "submitted" if _submitted(name, obs) else "step_limit"
         if limits.max_context_tokens and reply.prompt_tokens + reply.completion_tokens >= limits.max_context_tokens:
             return await _auto_submit(session, ep), "context_limit"
 
@@ -344,6 +370,8 @@ async def _loop(session: Any, policy: Policy, limits: AgentLimits, ep: _Episode)
 async def _graded_diff(session: Any, final: dict[str, Any]) -> tuple[str | None, str | None]:
     """(the workspace diff graded at the last step, as a patch; None and why when it is unknown)."""
     meta = final.get("metadata") or {}
+    if meta.get("unsubmitted"):
+        return None, "nothing was submitted"
     t = meta.get("step")
     if not isinstance(t, int):
         return None, "the final observation names no step"
@@ -351,6 +379,8 @@ async def _graded_diff(session: Any, final: dict[str, Any]) -> tuple[str | None,
         record = await session.state(t)
     except EnvClientError as exc:
         return None, f"state({t}) could not be read: {type(exc).__name__}: {exc}"
+    if isinstance(record.get("submission"), str):  # a command's sentinel submission: what was graded
+        return record["submission"], None
     diff = record.get("diff")
     if isinstance(diff, str):
         return diff, None

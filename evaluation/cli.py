@@ -21,7 +21,7 @@ from typing import Any, ContextManager
 
 from pydantic import ValidationError
 
-from contract import DEFAULT_PROMPT
+from contract import PROFILES, UnknownProfile, get_profile
 from contract.extras import install_line
 from env_client import TOKEN_ENV, ClientConfig, resolve_token
 
@@ -72,6 +72,8 @@ def _add_evaluate(sub: argparse._SubParsersAction, serve: ServeCheckpoint | None
     p.add_argument("--out", required=True, metavar="DIR", help="results, rollouts, predictions and the report")
     p.add_argument("--config", metavar="RUN.yaml", help="a trainer run config: its data.prompt and "
                    "env.max_output_chars are used, so the model sees what training showed it")
+    p.add_argument("--profile", metavar="NAME", help="the env's tool profile the default loop shows the model "
+                   f"({', '.join(PROFILES)}; default: --config's env.profile, else default): the trainer's env.profile")
     p.add_argument("--max-turns", type=int, metavar="N", help="policy turns before auto-submit (30; with --harness "
                    "mini-swe-agent: the agent's step limit, default its config's)")
     p.add_argument("--max-episode-s", type=float, default=1800.0, metavar="S",
@@ -104,14 +106,22 @@ def _add_evaluate(sub: argparse._SubParsersAction, serve: ServeCheckpoint | None
     p.set_defaults(func=lambda args: run_evaluate(args, serve))
 
 
-def _prompt_and_cut(args: argparse.Namespace) -> tuple[str, int]:
-    if not args.config:
-        return DEFAULT_PROMPT, AgentLimits().max_output_chars
-    from contract.overrides import read_yaml_mapping
+def _prompt_and_cut(args: argparse.Namespace) -> tuple[str, int, str]:
+    """(prompt, output cut, tool profile): --config's (a trainer run config), --profile over its env.profile;
+    the prompt defaults to the profile's (as the trainer's data.prompt does)."""
+    data: dict[str, Any] = {}
+    env: dict[str, Any] = {}
+    if args.config:
+        from contract.overrides import read_yaml_mapping
 
-    raw = read_yaml_mapping(args.config)
-    data, env = raw.get("data") or {}, raw.get("env") or {}
-    return str(data.get("prompt", DEFAULT_PROMPT)), int(env.get("max_output_chars", AgentLimits().max_output_chars))
+        raw = read_yaml_mapping(args.config)
+        data, env = raw.get("data") or {}, raw.get("env") or {}
+    try:
+        profile = get_profile(getattr(args, "profile", None) or env.get("profile"))
+    except UnknownProfile as exc:
+        raise EvaluationError(f"--profile: {exc}") from None
+    return (str(data.get("prompt", profile.prompt)), int(env.get("max_output_chars", AgentLimits().max_output_chars)),
+            profile.name)
 
 
 @contextlib.contextmanager
@@ -144,6 +154,8 @@ def run_evaluate(args: argparse.Namespace, serve: ServeCheckpoint | None = None)
         raise EvaluationError(f"--api-key-env {args.api_key_env}: the variable ${args.api_key_env} is not set "
                               "(or empty) in this environment")
     _harness_setup(args)
+    if args.harness_info is None:
+        _prompt_and_cut(args)  # a wrong --profile or --config is one line before any endpoint is asked
     if not args.model.startswith(("http://", "https://")) and not args.fresh:
         done = _nothing_left(args)  # before a checkpoint is served (tens of seconds)
         if done is not None:
@@ -167,7 +179,7 @@ def _harness_setup(args: argparse.Namespace) -> None:
             if getattr(args, flag, None):
                 raise EvaluationError(f"--{flag.replace('_', '-')} needs --harness mini-swe-agent")
         return
-    unused = [f for f, on in (("--config", args.config), ("--logprobs", args.logprobs),
+    unused = [f for f, on in (("--config", args.config), ("--logprobs", args.logprobs), ("--profile", args.profile),
                               ("--max-context-tokens", args.max_context_tokens)) if on]
     if unused:
         raise EvaluationError(f"{', '.join(unused)}: not used by --harness mini-swe-agent (its own config sets the "
@@ -193,7 +205,7 @@ def _harness(args: argparse.Namespace, config: EvalConfig, endpoint: EndpointCon
 
 def _configs(args: argparse.Namespace, base_url: str, name: str) -> tuple[EvalConfig, EndpointConfig]:
     """The run's settings, for the policy served at ``base_url`` as ``name``."""
-    prompt, cut = _prompt_and_cut(args)
+    prompt, cut, profile = _prompt_and_cut(args)
     temperature = args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 1.0)
     token = resolve_token(args.env_token)
     client = ClientConfig(token=token) if token else ClientConfig()
@@ -213,7 +225,8 @@ def _configs(args: argparse.Namespace, base_url: str, name: str) -> tuple[EvalCo
             env_urls=list(args.env_url), tasks=args.tasks, instance_ids=args.instance_ids, samples=args.samples,
             concurrency=args.concurrency, out=args.out, model_name=args.label or name,
             limits=AgentLimits(max_turns=max_turns, max_episode_s=args.max_episode_s,
-                               max_context_tokens=args.max_context_tokens, max_output_chars=cut, prompt=prompt),
+                               max_context_tokens=args.max_context_tokens, max_output_chars=cut, prompt=prompt,
+                               profile=profile),
             max_attempts=args.max_attempts, parquet=args.parquet, fresh=args.fresh, progress=not args.quiet,
             client=client, describe={k: v for k, v in describe.items() if v is not None})
     except ValidationError as exc:  # a flag out of range (--samples 0, --top-p 2): one line, exit 1

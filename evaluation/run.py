@@ -83,7 +83,9 @@ class EvalConfig(BaseModel):
         """What must match for a rerun to continue the same evaluation."""
         policy = {k: v for k, v in self.describe.items() if k != "model"}  # where it is served may move
         return {"tasks": self.tasks, "instance_ids": self.instance_ids, "samples": self.samples,
-                "model_name": self.model_name, "limits": self.limits.model_dump(), "policy": policy}
+                "model_name": self.model_name, "policy": policy,
+                # the default profile is left out: folders written before profiles existed still continue
+                "limits": self.limits.model_dump(exclude={"profile"} if self.limits.profile == "default" else None)}
 
 
 def load_task_refs(config: EvalConfig) -> list[TaskRef]:

@@ -96,7 +96,7 @@ def main() -> None:
     tool_messages = [m for m in agent.messages if m.get("role") == "tool"]
     observations = [{"server": obs, "agent": msg["content"]} for obs, msg in zip(seen, tool_messages)]
     made_up = [  # observations the scripted runs do not produce, rendered by the config's template too
-        {"output": "partial\n", "metadata": {"returncode": 137, "exception_info":
+        {"output": "partial\n", "metadata": {"returncode": -1, "exception_info":
                                              "An error occurred while executing the command: the command timed out "
                                              "after 60 seconds"}},
         {"output": "", "metadata": {"returncode": 0}},
