@@ -7,8 +7,12 @@ One module per framework, each importing its framework only when it is itself im
   `env_client.adapters.skyrl_dataset` (framework-free) writes the dataset SkyRL trains on from
   the env's task file (`python -m env_client.adapters.skyrl_dataset --tasks T --out train.parquet`).
 - `env_client.adapters.verifiers`: a verifiers v1 `Taskset` + `Toolset` (docs/frameworks/verifiers.md).
+- `env_client.adapters.verl`: VeRL tools (`BaseTool`), an agent loop with one episode per trajectory
+  and the `swe_openenv` advantage estimator (docs/frameworks/verl.md).
+- `env_client.adapters.minisweagent`: mini-swe-agent's `Environment` over the `bash-only` profile
+  (docs/frameworks/mini-swe-agent.md).
 
-Both point at running replicas (URLs and a bearer token); neither launches an environment.
+All point at running replicas (URLs and a bearer token); none launches an environment.
 Helpers they share (the per-step info every framework gets) live here, framework-free.
 """
 
