@@ -18,9 +18,13 @@ Helpers they share (the per-step info every framework gets) live here, framework
 
 from __future__ import annotations
 
+import atexit
+import json
+import threading
+from pathlib import Path
 from typing import Any
 
-__all__ = ["MARKER_KEYS", "step_info"]
+__all__ = ["MARKER_KEYS", "shared_client", "step_info", "write_rows"]
 
 #: per-step keys copied from the env's observation metadata into a framework's step info
 MARKER_KEYS = ("episode_id", "instance_id", "step", "error_kind", "hint_template_key", "error_source")
@@ -38,3 +42,53 @@ def step_info(observation: dict[str, Any], tool_name: str | None = None) -> dict
         info.update({k: meta[k] for k in _FINAL_KEYS if k in meta})
         info["reward"] = observation.get("reward")
     return info
+
+
+_CLIENTS: dict[tuple, Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def shared_client(urls: tuple[str, ...], token: str | None) -> Any:
+    """One ``EnvClient`` per (replicas, token) per process, closed at exit: frameworks step their
+    environments from thread pools, and those share one /mux socket per replica."""
+    from env_client import EnvClient
+
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get((urls, token))
+        if client is None:
+            client = _CLIENTS[(urls, token)] = EnvClient(list(urls), token=token)
+        return client
+
+
+@atexit.register
+def _close_clients() -> None:
+    with _CLIENTS_LOCK:
+        for client in _CLIENTS.values():
+            client.close()
+        _CLIENTS.clear()
+
+
+def write_rows(rows: list[dict[str, Any]], out: str | Path, what: str) -> int:
+    """Write dataset ``rows`` to ``out``: ``.parquet`` (pyarrow) or JSON lines (``.jsonl`` / ``.json``);
+    the number of rows. ``what``: who reads the file, for the error naming the suffixes."""
+    from env_client.errors import MissingDependencyError
+
+    out = Path(out)
+    suffix = out.suffix.lower()
+    if suffix not in (".parquet", ".jsonl", ".json"):
+        raise ValueError(f"{out}: {what} reads .parquet, .jsonl or .json files")
+    if suffix == ".parquet":
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise MissingDependencyError("writing a .parquet dataset needs pyarrow (pip install pyarrow), "
+                                         "or write .jsonl") from None
+        out.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist(rows), out)
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "w", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return len(rows)

@@ -54,14 +54,12 @@ one JSON line (`run_instance`; what `trainer-client evaluate --harness mini-swe-
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
 import os
 import platform
 import posixpath
 import shlex
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -72,7 +70,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from contract import SUBMIT_SENTINEL, SUBSHELL_ENV, SUBSHELL_TIMEOUT_S
 from env_client.config import TOKEN_ENV
 from env_client.errors import EnvClientError, MissingDependencyError
-from env_client.sync import EnvClient, SyncSession
+from env_client.adapters import shared_client
+from env_client.sync import SyncSession
 
 __all__ = ["EXIT_LOST", "MINI_SWE_AGENT", "PROFILE", "REPO_ROOT", "URLS_ENV", "SWEOpenEnvEnvironment",
            "SWEOpenEnvEnvironmentConfig", "main", "run_instance"]
@@ -92,26 +91,6 @@ _GRADE_NOTE = "\n\nSubmitted. Hidden tests: "
 _FINAL_KEYS = ("resolved", "tests_passed", "tests_failed", "grade_error", "grade_error_source", "reward_hacking",
                "suspicious", "error_kind", "error_source", "error_message")
 
-_CLIENTS: dict[tuple, EnvClient] = {}
-_CLIENTS_LOCK = threading.Lock()
-
-
-def _shared_client(urls: tuple[str, ...], token: str | None) -> EnvClient:
-    """One EnvClient per (replicas, token) per process: mini-swe-agent's batch runners step
-    environments from a thread pool; they share one /mux socket per replica."""
-    with _CLIENTS_LOCK:
-        client = _CLIENTS.get((urls, token))
-        if client is None:
-            client = _CLIENTS[(urls, token)] = EnvClient(list(urls), token=token)
-        return client
-
-
-@atexit.register
-def _close_clients() -> None:
-    with _CLIENTS_LOCK:
-        for client in _CLIENTS.values():
-            client.close()
-        _CLIENTS.clear()
 
 
 def _minisweagent_exceptions() -> Any:
@@ -180,7 +159,7 @@ class SWEOpenEnvEnvironment:
             reset["instance_id"] = self.config.instance_id
         if self.config.episode_id:
             reset["episode_id"] = self.config.episode_id
-        self.client = _shared_client(urls, token)
+        self.client = shared_client(urls, token)
         self.session: SyncSession | None = self.client.open(**reset)
         obs = self.session.observation
         meta = obs.get("metadata") or {}

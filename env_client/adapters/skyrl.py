@@ -23,18 +23,15 @@ task: `prompt`, `env_class`, `instance_id`): `python -m env_client.adapters.skyr
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import re
-import threading
 from typing import Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
 from contract import format_tool_output, get_profile
-from env_client import EnvClient
-from env_client.adapters import step_info
+from env_client.adapters import shared_client, step_info
 from env_client.adapters.skyrl_dataset import ENV_ID, system_prompt, write_dataset
 from env_client.config import TOKEN_ENV
 
@@ -44,8 +41,6 @@ __all__ = ["ENV_ID", "URLS_ENV", "SWEOpenEnv", "parse_tool_calls", "register", "
 URLS_ENV = "SWE_OPENENV_URLS"
 
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
-_CLIENTS: dict[tuple, EnvClient] = {}
-_CLIENTS_LOCK = threading.Lock()
 
 
 def parse_tool_calls(text: str) -> list[tuple[str, dict[str, Any]]]:
@@ -69,23 +64,6 @@ def parse_tool_calls(text: str) -> list[tuple[str, dict[str, Any]]]:
             raise ValueError(f"the arguments of {call['name']} must be a JSON object")
         calls.append((call["name"], args))
     return calls
-
-
-def _shared_client(urls: tuple[str, ...], token: str | None) -> EnvClient:
-    """One EnvClient per (replicas, token) per process: SkyRL steps envs from a thread pool."""
-    with _CLIENTS_LOCK:
-        client = _CLIENTS.get((urls, token))
-        if client is None:
-            client = _CLIENTS[(urls, token)] = EnvClient(list(urls), token=token)
-        return client
-
-
-@atexit.register
-def _close_clients() -> None:
-    with _CLIENTS_LOCK:
-        for client in _CLIENTS.values():
-            client.close()
-        _CLIENTS.clear()
 
 
 def _flag(value: object) -> bool:
@@ -146,7 +124,7 @@ class SWEOpenEnv(BaseTextEnv):
         reset = {k: v for k, v in (("instance_id", self.instance_id), ("episode_id", self.episode_id)) if v}
         if self.profile.name != get_profile(None).name:
             reset["profile"] = self.profile.name
-        self.session = _shared_client(self.urls, self.token).open(**reset)
+        self.session = shared_client(self.urls, self.token).open(**reset)
         obs = self.session.observation
         info = step_info(obs)
         self.episode_id, self.instance_id = info.get("episode_id"), info.get("instance_id")

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from contract import get_profile
+from env_client.adapters import write_rows
 from env_client.errors import MissingDependencyError
 
 __all__ = ["ENV_ID", "USER_PROMPT", "build_parser", "dataset_rows", "main", "read_instance_ids", "system_prompt",
@@ -108,26 +109,7 @@ def dataset_rows(tasks_path: str | Path, instance_ids: list[str] | None = None, 
 def write_dataset(tasks_path: str | Path, out: str | Path, **options: Any) -> int:
     """Write `dataset_rows(tasks_path, **options)` to `out` (`.parquet`: pyarrow; `.jsonl` / `.json`:
     JSON lines, which SkyRL's json loader reads); the number of rows."""
-    out = Path(out)
-    suffix = out.suffix.lower()
-    if suffix not in (".parquet", ".jsonl", ".json"):
-        raise ValueError(f"{out}: SkyRL reads .parquet, .jsonl or .json files")
-    if suffix == ".parquet":
-        try:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise MissingDependencyError("writing a .parquet dataset needs pyarrow (pip install pyarrow), "
-                                         "or write .jsonl") from None
-    rows = dataset_rows(tasks_path, **options)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if suffix == ".parquet":
-        pq.write_table(pa.Table.from_pylist(rows), out)
-    else:
-        with open(out, "w", encoding="utf-8") as fh:
-            for row in rows:
-                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-    return len(rows)
+    return write_rows(dataset_rows(tasks_path, **options), out, "SkyRL")
 
 
 def build_parser() -> argparse.ArgumentParser:

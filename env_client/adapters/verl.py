@@ -70,7 +70,7 @@ import yaml
 from pydantic import SecretStr
 
 from contract import DEFAULT_PROFILE, PROFILES, ToolProfile, format_tool_output, get_profile
-from env_client.adapters import MARKER_KEYS, step_info
+from env_client.adapters import MARKER_KEYS, step_info, write_rows
 from env_client.config import TOKEN_ENV, ClientConfig
 from env_client.errors import EnvClientError, EnvSessionError, MissingDependencyError
 from env_client.pool import ReplicaPool
@@ -200,26 +200,6 @@ def dataset_rows(tasks_path: str | Path, instance_ids: Sequence[str] | None = No
             "agent_name": AGENT_LOOP,
         })
     return rows
-
-
-def _write_rows(rows: list[dict[str, Any]], out: Path) -> int:
-    suffix = out.suffix.lower()
-    if suffix not in (".parquet", ".jsonl", ".json"):
-        raise ValueError(f"{out}: write .parquet (what VeRL's data.train_files reads), .jsonl or .json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if suffix == ".parquet":
-        try:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise MissingDependencyError("writing a .parquet dataset needs pyarrow (pip install pyarrow), "
-                                         "or write .jsonl") from None
-        pq.write_table(pa.Table.from_pylist(rows), out)
-    else:
-        with open(out, "w", encoding="utf-8") as fh:
-            for row in rows:
-                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-    return len(rows)
 
 
 # ---------------------------------------------------------------- the estimator's inputs (torch, no verl)
@@ -790,7 +770,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             ids = [i.strip() for i in (args.instance_ids or "").split(",") if i.strip()]
             rows = dataset_rows(args.tasks, ids or None, args.profile, split=args.split)
-            print(f"wrote {_write_rows(rows, Path(args.out))} rows to {args.out}")
+            print(f"wrote {write_rows(rows, args.out, 'VeRL (data.train_files)')} rows to {args.out}")
     except (OSError, ValueError, MissingDependencyError) as exc:
         print(f"verl: error: {exc}", file=sys.stderr)
         return 1
