@@ -260,6 +260,16 @@ if evaluated:
     print("   evaluated as an agent (trainer-client evaluate, 2 samples per task): " + "; ".join(
         f"{label} {o['resolved']}/{o['scored']} resolved, pass@1 {100 * (o.get('pass@1') or 0):.0f}%"
         + (f", {o['lost']} lost" if o.get("lost") else "") for label, o in evaluated.items()))
+    if len(evaluated) == 2:  # say what the numbers support: at 12 samples a difference rarely is one
+        (_, a), (_, b) = evaluated.items()
+        (a_lo, a_hi), (b_lo, b_hi) = a.get("ci95") or (0, 1), b.get("ci95") or (0, 1)
+        if a_lo <= b_hi and b_lo <= a_hi:
+            print(f"   the two 95% intervals overlap ({100 * a_lo:.0f}%-{100 * a_hi:.0f}% and {100 * b_lo:.0f}%-"
+                  f"{100 * b_hi:.0f}%, {a['scored']} and {b['scored']} samples): no difference can be read at this "
+                  "size; it shows that evaluation runs, not what training did (more samples: evaluate --samples N)")
+        else:
+            print(f"   the two 95% intervals do not overlap ({100 * a_lo:.0f}%-{100 * a_hi:.0f}% and "
+                  f"{100 * b_lo:.0f}%-{100 * b_hi:.0f}%)")
 if sys.argv[3] != "1":
     print("   (DEMO_WARMSTART=0: the random model makes no tool calls: no rewards, error sites or pairs to expect)")
     missing = []
@@ -270,6 +280,7 @@ for path, what in ((out / "train" / "metrics.jsonl", "every metric per step; the
                                                       '("kind": "summary")'),
                    (out / "train" / "metrics.png", "the curves: the three channels in one panel, their inputs in the next"),
                    (out / "train" / "pairs.jsonl", "channel 3's pairs with their provenance (fork rewards, teachers)"),
+                   (out / "train" / "samples.jsonl", "one rollout of every step: its tool calls, reward and trace"),
                    (out / "eval-after" / "report.md", "the trained policy's evaluation (the warm start's: "
                                                        + (f"{sys.argv[4]}/report.md)" if sys.argv[4] else "none)")),
                    (out / "env-data" / "traces", "one trace per episode (rollouts, forks, the warm start's recordings)"),
