@@ -65,17 +65,17 @@ def test_rows_carry_ids_cut_as_the_parser_cuts_them(tasks):
 def test_validate_gold_one_empty_zero_on_both_graders_each_cut_id_its_real_outcome(tasks, tasks_file, capsys,
                                                                                   monkeypatch):
     """One `task-factory validate` run; the gradings it makes are recorded to read each test's outcome."""
-    import verifier
+    from task_factory import check  # the one task check (check.check_task): it calls the verifier's grader
 
     graded: dict[tuple[str, str], object] = {}
-    real = verifier.grade_submission
+    real = check.grade_submission
 
     async def recording(task, diff, *args, **kwargs):
         res = await real(task, diff, *args, **kwargs)
         graded[task.instance_id.rsplit("-layout-1.0.0-", 1)[1], "gold" if diff.strip() else "empty"] = res
         return res
 
-    monkeypatch.setattr(verifier, "grade_submission", recording)
+    monkeypatch.setattr(check, "grade_submission", recording)
     assert task_factory_cli(["validate", str(tasks_file), "--backend", "docker", "--concurrency", "2"]) == 1
     table = capsys.readouterr().out
     lines = {line.split()[0]: line for line in table.splitlines() if line.startswith("pytoolz__")}
