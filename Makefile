@@ -67,3 +67,4 @@ bench: setup
 	$(BIN)/python bench/bench_grading.py
 	$(BIN)/python bench/bench_image_workspace.py
 	$(BIN)/python bench/bench_evaluate.py
+	$(BIN)/python bench/bench_profiles.py --rounds 2
