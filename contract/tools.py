@@ -216,11 +216,24 @@ class ToolProfile(BaseModel):
                                                           "0, submits the rest of its output as the patch")
 
     @property
+    def submit_tool(self) -> str | None:
+        """The tool that submits (None: the profile submits only by its sentinel line, as bash-only does)."""
+        return next((t.name for t in self.tools if t.submits), None)
+
+    @property
     def instructions(self) -> str:
         """What the agent is asked to do, its tool list generated from the profile's tools: the system
         prompt of an episode without a client context, the head of the user prompt (``prompt``)."""
-        submit = next((t.name for t in self.tools if t.submits), "")
-        return self.template.format(tools=", ".join(t.name for t in self.tools if not t.submits), submit=submit)
+        return self.template.format(tools=", ".join(t.name for t in self.tools if not t.submits),
+                                    submit=self.submit_tool or "")
+
+    def submission(self, output: str, returncode: int | None) -> str | None:
+        """The patch a command's ``output`` submits under this profile: the text after a first line that
+        is the sentinel, when the command exited 0 (mini-swe-agent's rule); None: no submission."""
+        if self.submit_sentinel is None or returncode != 0:
+            return None
+        lines = output.lstrip().splitlines(keepends=True)
+        return "".join(lines[1:]) if lines and lines[0].strip() == self.submit_sentinel else None
 
     def tool(self, name: str) -> Tool | None:
         return next((t for t in self.tools if t.name == name), None)
@@ -283,7 +296,7 @@ def register_profile(profile: ToolProfile, *, replace: bool = False) -> ToolProf
         raise ValueError(f"tool profile {profile.name!r} is already registered")
     if sum(t.submits for t in profile.tools) > 1 or len(set(profile.names)) != len(profile.tools):
         raise ValueError(f"tool profile {profile.name!r}: tool names must be unique, at most one submits")
-    if not any(t.submits for t in profile.tools) and profile.submit_sentinel is None:
+    if profile.submit_tool is None and profile.submit_sentinel is None:
         raise ValueError(f"tool profile {profile.name!r} has no way to submit (a submitting tool or a sentinel)")
     PROFILES[profile.name] = profile
     return profile

@@ -170,7 +170,7 @@ class Episode:
         self.step_count += 1
         obs, changed = await self._act(action)
         if not self.done and self.step_count + self.step_offset >= self.config.max_steps:
-            if any(t.submits for t in self.profile.tools):
+            if self.profile.submit_tool is not None:
                 grade, note = await self._grade(), "your changes were graded"
             else:  # a profile that submits only by its sentinel line (mini-swe-agent's): nothing was submitted
                 grade = GradeResult(reward=0.0, mode=self.config.grade_mode, error_source="agent",
@@ -207,7 +207,7 @@ class Episode:
             self._agent_changed = True
         context = ToolContext(blocked_tools=tuple(self.sandbox_config.policy.blocked_tools),
                               max_timeout_s=self.sandbox_config.limits.max_command_timeout_s,
-                              submit_sentinel=self.profile.submit_sentinel,
+                              profile=self.profile,
                               output_limit=self.sandbox_config.limits.max_output_bytes,
                               submission_limit=self.config.exact_patch_max_bytes)
         try:

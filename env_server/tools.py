@@ -49,7 +49,7 @@ class ToolContext(BaseModel):
 
     blocked_tools: tuple[str, ...] = ()
     max_timeout_s: float | None = None
-    submit_sentinel: str | None = None
+    profile: ToolProfile | None = None  # the episode's: whether (and how) a command may submit
     #: output an observation keeps (the sandbox's max_output_bytes), and what a command that may submit
     #: by the sentinel line keeps: its output is the patch, cut only past this (then it cannot be graded)
     output_limit: int = 64 * 1024
@@ -121,7 +121,8 @@ async def _subshell_bash(sb: Sandbox, args: SubshellBashArgs, ctx: ToolContext) 
     sentinel, with exit status 0, submits the rest of the output."""
     timeout = SUBSHELL_TIMEOUT_S if ctx.max_timeout_s is None else min(SUBSHELL_TIMEOUT_S, ctx.max_timeout_s)
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in SUBSHELL_ENV.items())
-    limit = max(ctx.output_limit, ctx.submission_limit) if ctx.submit_sentinel is not None else ctx.output_limit
+    may_submit = ctx.profile is not None and ctx.profile.submit_sentinel is not None
+    limit = max(ctx.output_limit, ctx.submission_limit) if may_submit else ctx.output_limit
     wrapper = f"cd /workspace && exec env {env} bash -c "
     res = await sb.run(f"({wrapper}{shlex.quote(args.command)})", timeout_s=timeout, output_limit=limit)
     if wrapper in res.output:  # the shell's "Killed ( cd /workspace && exec env ..." notice: not the agent's output
@@ -136,10 +137,9 @@ async def _subshell_bash(sb: Sandbox, args: SubshellBashArgs, ctx: ToolContext) 
         exception = f"An error occurred while executing the command: it ended with status {res.status.value}"
     outcome = ToolOutcome(output=res.output, failure=classify_command(res, ctx.blocked_tools), ran_command=True,
                           files_changed=res.files_changed, returncode=returncode, exception_info=exception)
-    lines = res.output.lstrip().splitlines(keepends=True)
-    if (ctx.submit_sentinel is not None and lines and lines[0].strip() == ctx.submit_sentinel
-            and res.exit_code == 0 and res.status is CommandStatus.ok):
-        outcome.submission, outcome.submission_cut = "".join(lines[1:]), res.truncated
+    if may_submit and res.status is CommandStatus.ok:
+        outcome.submission = ctx.profile.submission(res.output, res.exit_code)
+        outcome.submission_cut = outcome.submission is not None and res.truncated
     if outcome.submission is None:  # an observation keeps what any command's does
         outcome.output = cut_output(outcome.output, ctx.output_limit)
     return outcome

@@ -43,7 +43,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from contract import (DEFAULT_PROFILE, DEFAULT_PROMPT, SUBMIT_SENTINEL, ContextSpec, get_profile,
+from contract import (DEFAULT_PROFILE, DEFAULT_PROMPT, ContextSpec, get_profile,
                       policy_tools, render_context)
 from env_client import EnvAuthError, EnvClientError, NoLiveReplicaError, PolicyTurn, ReplicaPool, RolloutRecord
 
@@ -266,7 +266,7 @@ async def _auto_submit(session: Any, ep: _Episode) -> dict[str, Any]:
     """The client's submit at a limit; under a profile without a submit tool (bash-only: the sentinel line
     is the only submission) nothing is submitted: the episode ends ungraded, reward 0."""
     profile = get_profile((session.recording.head.get("profile") if session.recording is not None else None))
-    submit = next((t.name for t in profile.tools if t.submits), None)
+    submit = profile.submit_tool
     if submit is None:
         steps = session.recording.steps if session.recording is not None else []
         return {"done": True, "reward": 0.0, "output": "", "metadata": {
@@ -275,13 +275,15 @@ async def _auto_submit(session: Any, ep: _Episode) -> dict[str, Any]:
     return await _step(session, ep, submit, {}, metadata={"origin": "client"})
 
 
-def _submitted(name: str, obs: dict[str, Any]) -> bool:
+def _submitted(name: str, obs: dict[str, Any], profile: str | None) -> bool:
     """A done observation that came from a submission: the submit tool, or a command whose output's
     first line is the sentinel (a profile such as bash-only)."""
-    if name == "submit":
+    chosen = get_profile(profile)
+    if name == chosen.submit_tool:
         return True
-    lines = str(obs.get("output") or "").lstrip().splitlines()
-    return bool(lines) and lines[0].strip() == SUBMIT_SENTINEL and not (obs.get("metadata") or {}).get("grade_error")
+    meta = obs.get("metadata") or {}
+    return (chosen.submission(str(obs.get("output") or ""), meta.get("returncode")) is not None
+            and not meta.get("grade_error"))
 
 
 class _Context:
@@ -362,7 +364,7 @@ async def _loop(session: Any, policy: Policy, limits: AgentLimits, ep: _Episode)
             name = call["function"]["name"]
             obs = await _step(session, ep, name, _capped(name, _arguments(call), left))
             if obs.get("done"):
-                return obs, "submitted" if _submitted(name, obs) else "step_limit"
+                return obs, "submitted" if _submitted(name, obs, recording.head.get("profile")) else "step_limit"
         if limits.max_context_tokens and reply.prompt_tokens + reply.completion_tokens >= limits.max_context_tokens:
             return await _auto_submit(session, ep), "context_limit"
 

@@ -165,7 +165,7 @@ class SweEnvironment:
     @classmethod
     def _submit_tool(cls) -> str | None:
         """The profile's submitting tool (None: it submits by a command's sentinel line only)."""
-        return next((t.name for t in cls.profile.tools if t.submits), None)
+        return cls.profile.submit_tool
 
     def get_reward(self) -> float | None:
         """The env's reward for this rollout (grading on submit).

@@ -67,7 +67,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-from contract import SUBMIT_SENTINEL, SUBSHELL_ENV, SUBSHELL_TIMEOUT_S
+from contract import SUBSHELL_ENV, SUBSHELL_TIMEOUT_S, get_profile
 from env_client.config import TOKEN_ENV
 from env_client.errors import EnvClientError, MissingDependencyError
 from env_client.adapters import shared_client
@@ -282,8 +282,8 @@ class SWEOpenEnvEnvironment:
         text = out["output"]
         if _GRADE_NOTE in text:  # the command's own output, without the server's grade note
             text = text[: text.rindex(_GRADE_NOTE)]
-        lines = text.lstrip().splitlines(keepends=True)
-        submitted = bool(lines) and lines[0].strip() == SUBMIT_SENTINEL and out["returncode"] == 0
+        submission = get_profile(PROFILE).submission(text, out["returncode"])
+        submitted = submission is not None
         reward = obs.get("reward")
         self.result = {"exit_status": "Submitted" if submitted else "LimitsExceeded", "done": True,
                        "reward": float(reward) if reward is not None else 0.0,
@@ -293,8 +293,7 @@ class SWEOpenEnvEnvironment:
         if not submitted and meta.get("error_source") in ("env", "infra"):
             self._lost(f"{meta.get('error_kind')}: {meta.get('error_message') or ''}")
         self.close()
-        if submitted:
-            submission = "".join(lines[1:])
+        if submission is not None:
             self.result["submission"] = submission
             raise self._exceptions.Submitted({"role": "exit", "content": submission,
                                               "extra": {"exit_status": "Submitted", "submission": submission}})

@@ -166,7 +166,7 @@ class SWEOpenEnv(BaseTextEnv):
             outputs.append(problem)
         if not self.done and self.turns >= self.max_turns:  # the turn limit ends the episode
             metadata["truncated"] = True
-            submit = next((t.name for t in self.profile.tools if t.submits), None)
+            submit = self.profile.submit_tool
             if self.submit_on_truncation and submit is not None:  # graded: the hidden tests' reward
                 obs = self.session.call_tool(submit, {}, metadata={"origin": "client"})
                 infos.append(step_info(obs, submit))

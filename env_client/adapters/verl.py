@@ -460,7 +460,7 @@ async def _submit(episode: _Episode) -> None:
     profile that submits only by its sentinel line ends ungraded, reward 0.0."""
     if episode.done or episode.session is None:
         return
-    submit = next((t.name for t in episode.profile.tools if t.submits), None)
+    submit = episode.profile.submit_tool
     if submit is None:
         episode.record.update(done=True, reward=0.0)
         return
