@@ -6,7 +6,7 @@ session's episode, as a trainer's does), then many sessions at once:
 * ``bwrap cold`` / ``bwrap warm``: the demo task on bwrap, with no pool / ``--warm-pool``;
 * ``image cold`` / ``image warm``: the toolz SWE-bench-layout task (docker/swebench_layout.py,
   built offline) on docker, image present, with no pool / ``--warm-pool``;
-* ``image no-pull``: ``image cold`` with pull-on-demand off (``sandbox.images.pull=false``): the
+* ``image no-pull``: ``image cold`` with pull-on-demand off (``sandbox.backend.images.pull=false``): the
   same figures as ``image cold`` mean pull-on-demand costs a present image nothing.
 
 Rows: sequential reset p50/p95 (one session, a pause between resets so the pool refills, as
@@ -45,7 +45,7 @@ COLUMNS = {
     "bwrap-warm": ("bwrap", ["--warm-pool", "32", "--set", "warm_per_task=32"]),
     "image-cold": ("image", []),
     "image-warm": ("image", ["--warm-pool", "32", "--set", "warm_per_task=32"]),
-    "image-no-pull": ("image", ["--set", "sandbox.images.pull=false"]),
+    "image-no-pull": ("image", ["--set", "sandbox.backend.images.pull=false"]),
 }
 
 

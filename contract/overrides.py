@@ -60,14 +60,18 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
 
 
 def setting_keys(model: Any, prefix: str = "") -> list[str]:
-    """Every dotted key of a pydantic config model: its fields and, through nested models, theirs."""
+    """Every dotted key of a pydantic config model: its fields and, through nested models, theirs. A
+    nested model with ``setting_variants()`` (a field that holds one of several models, such as the
+    sandbox's backend) contributes the keys of each variant."""
     out: list[str] = []
     for name, info in getattr(model, "model_fields", {}).items():
         key = prefix + name
         out.append(key)
         annotation = info.annotation
         if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
-            out += setting_keys(annotation, key + ".")
+            variants = getattr(annotation, "setting_variants", None)
+            for variant in variants() if callable(variants) else (annotation,):
+                out += [k for k in setting_keys(variant, key + ".") if k not in out]
     return out
 
 

@@ -87,7 +87,7 @@ def check_repositories(tasks: list[TaskInstance]) -> None:
 def create_app(config: ServerConfig, tasks: list[TaskInstance] | None = None) -> FastAPI:
     """Build the app; ``tasks`` defaults to loading ``config.tasks_path``."""
     tasks = tasks if tasks is not None else load_tasks(config.tasks_path)
-    check_backend(tasks, config.sandbox.backend)
+    check_backend(tasks, config.sandbox.backend_name)
     check_repositories(tasks)
     unrun = missing_handlers()
     if unrun:  # a tool entry of the contract's registry without a handler here: refuse to serve it
@@ -130,7 +130,7 @@ def create_app(config: ServerConfig, tasks: list[TaskInstance] | None = None) ->
                 "description": "SWE-style coding episodes in a hardened sandbox, graded by hidden tests.",
                 "tasks": len(service.tasks), "tools": [t.mcp() for t in get_profile(None).specs()],
                 "profiles": {name: {"about": p.about, "tools": p.names} for name, p in PROFILES.items()},
-                "default_profile": DEFAULT_PROFILE, "backend": config.sandbox.backend,
+                "default_profile": DEFAULT_PROFILE, "backend": config.sandbox.backend_name,
                 "extensions": ["error-site-markers", "state-t-replay", "multiplexed-websocket",
                                "episode-fork"],
                 "mux_subprotocol": MUX_SUBPROTOCOL, "max_sessions": config.max_sessions}

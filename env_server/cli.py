@@ -13,7 +13,7 @@ import sys
 from collections import Counter
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Callable, Literal, get_args, get_origin
 
 import yaml
 from pydantic.fields import FieldInfo
@@ -21,6 +21,7 @@ from pydantic.fields import FieldInfo
 from contract.extras import missing_extra
 from contract.overrides import apply_overrides, read_yaml_mapping, set_dotted
 from sandbox import backend_names
+from sandbox.backends import move_flat_keys
 
 if TYPE_CHECKING:  # imported where used: it needs the env extra (starlette), checked by main first
     from .config import ServerConfig
@@ -100,17 +101,17 @@ _FLAGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("--warm-pool", "warm_pool", {"type": int, "metavar": "N"}),
     ("--prefetch-ahead", "prefetch_ahead", {"type": int, "metavar": "N"}),
     ("--group-size", "group_size", {"type": int, "metavar": "N"}),
-    ("--image-cache-gb", "sandbox.images.cache_gb", {"type": float, "metavar": "GB"}),
-    ("--max-pulls", "sandbox.images.max_pulls", {"type": int}),
+    ("--image-cache-gb", "sandbox.backend.images.cache_gb", {"type": float, "metavar": "GB"}),
+    ("--max-pulls", "sandbox.backend.images.max_pulls", {"type": int}),
 )
 
 
-def _checked_config(args: argparse.Namespace) -> ServerConfig | None:
+def _checked_config(args: argparse.Namespace, default_backend: str | None = None) -> ServerConfig | None:
     """The settings of ``args``, or None after saying on stderr what is wrong with them."""
     from pydantic import ValidationError
 
     try:
-        return server_config(args)
+        return server_config(args, default_backend)
     except ValueError as exc:  # a pydantic ValidationError too: its message, never the input (a token)
         print(f"env-server: {_settings_error(exc, ValidationError)}", file=sys.stderr)
         return None
@@ -147,7 +148,7 @@ def ready_line(config: ServerConfig, tasks: list[Any], port: int) -> str:
     auth = "on" if tokens else "off (open to anyone who can connect)"
     return (f"env-server ready: http://{config.host}:{port} (/ws /mux /mcp /health) | "
             f"{len(tasks)} task{'s' if len(tasks) != 1 else ''} ({mix}) "
-            f"from {config.tasks_path} | backend {config.sandbox.backend} | auth {auth} | traces in "
+            f"from {config.tasks_path} | backend {config.sandbox.backend_name} | auth {auth} | traces in "
             f"{config.data_dir / 'traces'}")
 
 
@@ -167,11 +168,12 @@ def _run(app: Any, config: ServerConfig) -> None:
     Server(uvicorn_config(app, config, config.host, config.port, config.log_level)).run()
 
 
-def server_config(args: argparse.Namespace) -> ServerConfig:
+def server_config(args: argparse.Namespace, default_backend: str | None = None) -> ServerConfig:
     """The settings of ``serve``: defaults, then ``--config``, the flags given, ``--set``, validated.
 
-    Relative paths in a config file are taken relative to the file. ValueError (a pydantic
-    ValidationError too) says what is wrong.
+    Relative paths in a config file are taken relative to the file. ``default_backend``: the backend
+    when the settings name none (the image commands': docker). ValueError (a pydantic ValidationError
+    too) says what is wrong.
     """
     raw: dict[str, Any] = {}
     if args.config is not None:
@@ -179,11 +181,22 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
         for key in ("tasks_path", "data_dir"):
             if isinstance(raw.get(key), str) and not Path(raw[key]).is_absolute():
                 raw[key] = str(args.config.parent / raw[key])
+        _backend_section(raw, lambda: None)
+        sandbox = raw.get("sandbox")
+        if isinstance(sandbox, dict) and "backend" in sandbox:  # the file's flat docker keys of old: into its section
+            try:
+                raw["sandbox"] = move_flat_keys(sandbox)
+            except ValueError as exc:
+                raise ValueError(f"sandbox: {exc}") from None
     for flag, key, _ in _FLAGS:
         value = getattr(args, _dest(flag), None)  # commands other than serve take some of the flags
         if value is not None:
-            set_dotted(raw, key, value)
-    apply_overrides(raw, args.overrides)
+            _backend_section(raw, lambda: set_dotted(raw, key, value))
+    for item in args.overrides:
+        _backend_section(raw, lambda: apply_overrides(raw, [item]))
+    sandbox = raw.setdefault("sandbox", {}) if default_backend else None
+    if isinstance(sandbox, dict) and isinstance(sandbox.setdefault("backend", {}), dict):
+        sandbox["backend"].setdefault("type", default_backend)
     for key, value in _identities(args).items():
         if value:
             raw[key] = value
@@ -192,25 +205,49 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
     return ServerConfig.model_validate(raw)
 
 
+def _backend_section(raw: dict[str, Any], change: Callable[[], None]) -> None:
+    """Apply ``change`` (the file read, a flag, a ``--set``) to ``raw`` where a backend named bare is its
+    section (``{"type": name}``), so that a key below it reaches into it (``--backend docker --set
+    sandbox.backend.url=...``): naming the backend the section already is (or a section with no type
+    yet) keeps its settings, naming another starts from that backend's defaults."""
+    sandbox = raw.get("sandbox")
+    before = sandbox.get("backend") if isinstance(sandbox, dict) else None
+    change()
+    sandbox = raw.get("sandbox")
+    if isinstance(sandbox, dict) and isinstance(sandbox.get("backend"), str):
+        name = sandbox["backend"]
+        keep = isinstance(before, dict) and before.get("type", name) == name
+        sandbox["backend"] = {**before, "type": name} if keep else {"type": name}
+
+
 def _dest(flag: str) -> str:
     return flag.removeprefix("--").replace("-", "_")
 
 
 def _setting(key: str) -> FieldInfo:
-    """The model field a dotted key names."""
+    """The model field a dotted key names (in a backend's section: the backend that has it)."""
     from .config import ServerConfig
 
     model: Any = ServerConfig
     *parents, leaf = key.split(".")
     for part in parents:
-        model = model.model_fields[part].annotation
-    return model.model_fields[leaf]
+        model = _holder(model, part).model_fields[part].annotation
+    return _holder(model, leaf).model_fields[leaf]
+
+
+def _holder(model: Any, name: str) -> Any:
+    """``model``, or the variant of it (``setting_variants``: a backend's config) that has the field ``name``."""
+    variants = getattr(model, "setting_variants", None)
+    return next(m for m in (model, *(variants() if variants else ())) if name in m.model_fields)
 
 
 def _default(defaults: ServerConfig, key: str) -> Any:
     value: Any = defaults
-    for part in key.split("."):
-        value = getattr(value, part)
+    try:
+        for part in key.split("."):
+            value = getattr(value, part)
+    except AttributeError:  # a setting of a backend other than the default one: its own default
+        value = _setting(key).get_default(call_default_factory=True)
     return value.value if isinstance(value, Enum) else value
 
 
@@ -224,12 +261,13 @@ def _add_flags(serve: argparse.ArgumentParser, only: tuple[str, ...] | None = No
         field = _setting(key)
         kwargs = dict(extra)
         choices = get_args(field.annotation) if get_origin(field.annotation) is Literal else None
-        if key == "sandbox.backend":
-            choices = tuple(backend_names())
+        text, default = (field.description or "").rstrip("."), _default(defaults, key)
+        if key == "sandbox.backend":  # a name: that backend with its defaults (its settings: sandbox.backend.*)
+            choices, default = backend_names(), defaults.sandbox.backend_name
+            text = "the sandbox backend (its own settings: --set sandbox.backend.KEY=VALUE)"
         if choices and "action" not in kwargs:
             kwargs["choices"] = list(choices)
-        text = (field.description or "").rstrip(".")
-        where = f"default: {_default(defaults, key)}; setting {key}"
+        where = f"default: {default}; setting {key}"
         kwargs["help"] = f"{text} ({where})" if text else where
         serve.add_argument(flag, default=None, **kwargs)
 
@@ -271,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_serve)
     from .image_commands import add_image_commands
 
-    add_image_commands(sub, _add_settings, _add_flags, _checked_config)
+    add_image_commands(sub, _add_settings, _add_flags, lambda args: _checked_config(args, default_backend="docker"))
     moved = sub.add_parser("tasks", help="moved: task production is its own command, task-factory")
     moved.add_argument("rest", nargs=argparse.REMAINDER)
     moved.set_defaults(func=_tasks_moved)

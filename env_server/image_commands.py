@@ -4,7 +4,8 @@
 images cost one inspect), with a progress line and a summary of bytes and time; ``images`` lists
 what the project pulled or derived (size, last use, budget) and ``images --evict-to GB`` trims it.
 Both read the same settings as ``serve`` (``--config``, ``--set``, the image flags), so they act on
-the cache and engine the server uses (``sandbox/images.py``).
+the cache and engine the server uses (``sandbox/images.py``): the docker backend's (``sandbox.backend``
+is docker where the settings name no backend; the docker defaults where they name another).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def add_image_commands(sub: Any, add_settings: Callable[[argparse.ArgumentParser
     add_settings(pre)
     add_flags(pre, PREFETCH_FLAGS)
     pre.add_argument("--parallel", type=int, default=4, metavar="N", help="images at once (default 4; pulls are "
-                     "also bounded by sandbox.images.max_pulls)")
+                     "also bounded by sandbox.backend.images.max_pulls)")
     pre.set_defaults(func=lambda args: _prefetch(args, load_config(args)))
     images = sub.add_parser("images", help="the images this project pulled or derived: size, last use, budget")
     add_settings(images)
@@ -58,6 +59,7 @@ def _ago(t: float) -> str:
 
 
 def _prefetch(args: argparse.Namespace, config: Any) -> int:
+    from sandbox.backends import DockerBackend
     from sandbox.images import Prefetched, prefetch
     from sandbox.models import SandboxStartError
     from verifier.task import TaskFileError, load_tasks
@@ -78,9 +80,10 @@ def _prefetch(args: argparse.Namespace, config: Any) -> int:
         print(f"env-server prefetch: the {len(tasks)} tasks of {config.tasks_path} name no image: nothing to fetch")
         return 0
     sandbox = config.sandbox
-    budget = f", budget {sandbox.images.cache_gb:g} GB" if sandbox.images.cache_gb else ""
+    settings = DockerBackend.of(sandbox).images
+    budget = f", budget {settings.cache_gb:g} GB" if settings.cache_gb else ""
     print(f"prefetching {len(images)} images of {len(tasks)} tasks ({args.parallel} at once, "
-          f"{sandbox.images.max_pulls} pulls at once{budget})", flush=True)
+          f"{settings.max_pulls} pulls at once{budget})", flush=True)
     start = time.monotonic()
     seen: list[Prefetched] = []
     tty = sys.stdout.isatty()
@@ -112,6 +115,7 @@ def _prefetch(args: argparse.Namespace, config: Any) -> int:
 
 
 def _images(args: argparse.Namespace, config: Any) -> int:
+    from sandbox.backends import DockerBackend
     from sandbox.images import GB, image_store
     from sandbox.models import SandboxStartError
 
@@ -135,8 +139,8 @@ def _images(args: argparse.Namespace, config: Any) -> int:
     for rec in records:
         print(f"{rec.image:{width}}  {rec.kind:7}  {_size(rec.own_bytes):>9}  {_ago(rec.last_used):>12}  "
               f"{rec.source or ''}")
-    budget = config.sandbox.images.cache_gb
+    budget = DockerBackend.of(config.sandbox).images.cache_gb
     print(f"{len(records)} image{'s' if len(records) != 1 else ''} pulled or derived by this project: "
           f"{_size(store.usage())}" + (f" of a {budget:g} GB budget" if budget else " (no budget: "
-          "sandbox.images.cache_gb / --image-cache-gb)") + f"; ledger {store.ledger.path}")
+          "sandbox.backend.images.cache_gb / --image-cache-gb)") + f"; ledger {store.ledger.path}")
     return 0

@@ -98,7 +98,7 @@ class PoolCollector:
 
 
 class ImageCollector:
-    """The task images of this process's docker sessions (``sandbox.images``), read at each scrape:
+    """The task images of this process's docker sessions (``sandbox.backend.images``), read at each scrape:
     pulls (done, failed, in flight with their progress), derived session images, evictions and the
     bytes the project's images take against their budget."""
 

@@ -182,11 +182,7 @@ class EnvService:
     async def _prepare(self, task: TaskInstance) -> None:
         spec, config = task.workspace_spec(), self.config.sandbox
         try:
-            if config.backend == "docker" and spec.image:
-                from sandbox.images import image_store
-
-                _, _, release = await image_store(config).prepare(spec, config)
-                release()
+            await config.backend.prepare_ahead(spec, config)
             if self.pool is not None:  # as many as a group asks at once (the bursts seen, or group_size)
                 self.pool.prime(spec, config, min(self.pool.per_key, max(self.config.group_size,
                                                                          self.pool.typical_burst())))

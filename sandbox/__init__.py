@@ -4,7 +4,8 @@ Knows nothing of HTTP or RL: a :class:`Sandbox` runs shell commands and file ope
 one episode in a jail built from a :class:`WorkspaceSpec`. Layout, top to bottom:
 
 * interface: ``base.py`` (:class:`Sandbox`), ``models.py`` (configuration, results, errors);
-* registry: ``backends.py`` (name -> backend class; :func:`backend_names`), and
+* registry: ``backends.py`` (one config model per backend, bound to its class: :data:`BACKENDS`,
+  :func:`backend_names`; ``SandboxConfig.backend`` is one of them), and
   :func:`open_sandbox` here, which starts a session on the configured backend; ``pool.py``
   (:class:`WarmPool`: sessions started ahead, claimed instead of started);
 * mechanism: ``jail.py`` (:class:`~sandbox.jail.JailSandbox`: start-up, requests, timeouts,
@@ -18,7 +19,8 @@ one episode in a jail built from a :class:`WorkspaceSpec`. Layout, top to bottom
 * runtime: ``runtime.py``, which runs inside the jail and does the work.
 """
 
-from .backends import DEFAULT_BACKEND, backend_class, backend_names
+from .backends import (BACKENDS, DEFAULT_BACKEND, BackendConfig, BwrapBackend, DockerBackend, backend_class,
+                       backend_config_class, backend_names)
 from .base import Sandbox
 from .models import (ArgumentError, CommandResult, CommandStatus, DiffTooLarge, DiffUnreadable, HardeningPolicy,
                      LayerMode, Limits, PathError, SandboxClosed, SandboxConfig, SandboxDied, SandboxError, SandboxInfo,
@@ -29,13 +31,14 @@ from .pool import WarmPool
 async def open_sandbox(spec: WorkspaceSpec, config: SandboxConfig | None = None) -> Sandbox:
     """Start a session on the configured backend (imported on first use)."""
     config = config or SandboxConfig()
-    return await backend_class(config.backend).start(spec, config)
+    return await config.backend.sandbox_type().start(spec, config)
 
 
 __all__ = [
     "ArgumentError", "CommandResult", "CommandStatus", "DiffTooLarge", "DiffUnreadable", "HardeningPolicy", "LayerMode",
     "Limits", "PathError",
     "Sandbox", "SandboxClosed", "SandboxConfig", "SandboxDied", "SandboxError", "SandboxInfo",
-    "SandboxStartError", "WorkspaceError", "WorkspaceSpec", "DEFAULT_BACKEND", "backend_class", "backend_names", "open_sandbox",
+    "SandboxStartError", "WorkspaceError", "WorkspaceSpec", "BACKENDS", "DEFAULT_BACKEND", "BackendConfig", "BwrapBackend",
+    "DockerBackend", "backend_class", "backend_config_class", "backend_names", "open_sandbox",
     "WarmPool",
 ]

@@ -27,6 +27,11 @@ class Sandbox(abc.ABC):
         Raises SandboxStartError or WorkspaceError.
         """
 
+    @classmethod
+    async def prepare_ahead(cls, spec: WorkspaceSpec, config: SandboxConfig) -> None:
+        """Make ready ahead of a session on ``spec`` what a start would otherwise wait for (nothing by
+        default; the server's ``prefetch_ahead``, through ``BackendConfig.prepare_ahead``)."""
+
     @abc.abstractmethod
     async def run(self, command: str, timeout_s: float | None = None, output_limit: int | None = None) -> CommandResult:
         """Run ``command`` in the session's persistent shell (cwd, exports persist).

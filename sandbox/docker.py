@@ -39,6 +39,7 @@ import docker  # the SDK (extra "env"), imported here, on the importing thread: 
 import docker.errors  # worker threads, and two threads importing it at once can die on _DeadlockError
 from pydantic import ValidationError
 
+from .backends import DockerBackend
 from .docker_engine import ENV_PREFIX, LABEL, LABEL_OWNER, DockerEngine, DockerSettings, docker_client, docker_engine
 from .image_workspace import TOOLS_LABEL
 from .images import image_store
@@ -337,7 +338,12 @@ class DockerContainer:
 class DockerSandbox(JailSandbox):
     """A session in its own container, speaking the runtime protocol over an exec stream."""
 
-    runs_image_resident = True
+    @classmethod
+    async def prepare_ahead(cls, spec: WorkspaceSpec, config: SandboxConfig) -> None:
+        """The task's image pulled (and derived) and its workspace template made, ahead of its resets."""
+        if spec.image:
+            _, _, release = await image_store(config).prepare(spec, config)
+            release()
 
     def __init__(self, config: SandboxConfig, container: DockerContainer, stream: ExecStream, info: SandboxInfo,
                  start_timeout_s: float) -> None:
@@ -351,7 +357,7 @@ class DockerSandbox(JailSandbox):
     @classmethod
     async def launch(cls, spec: WorkspaceSpec, config: SandboxConfig) -> tuple["DockerSandbox", dict[str, Any]]:
         settings = _settings()
-        engine, url = docker_engine(), config.docker_url
+        engine, url = docker_engine(), DockerBackend.of(config).url
         client = await asyncio.to_thread(engine.client, url)
         image, template, release = await image_store(config).prepare(spec, config)
         try:
@@ -369,11 +375,12 @@ class DockerSandbox(JailSandbox):
     async def _launch_container(cls, spec: WorkspaceSpec, config: SandboxConfig, settings: DockerSettings,
                                 engine: DockerEngine, client: Any, image: str, template: Any,
                                 tools_absent: bool) -> tuple["DockerSandbox", dict[str, Any]]:
-        url = config.docker_url
+        docker = DockerBackend.of(config)
+        url = docker.url
         bundle = None
         if spec.image_resident and not await asyncio.to_thread(
                 engine.image_fact, url, image, "python", lambda: image_has_python(client, image)):
-            bundle = await asyncio.to_thread(build_bundle, client, config.docker_image, cache_root(config))
+            bundle = await asyncio.to_thread(build_bundle, client, docker.image, cache_root(config))
         uid = engine.uids.take(settings)
         cow = None
         try:
@@ -455,7 +462,7 @@ async def _cow_workspace(engine: DockerEngine, config: SandboxConfig, settings: 
 
     from .cow import CowWorkspace
 
-    client = engine.client(config.docker_url)
+    client = engine.client(DockerBackend.of(config).url)
     try:
         return await asyncio.to_thread(CowWorkspace.create, client, template, uid, cache_root(config),
                                        {LABEL: "1", LABEL_OWNER: engine.owner}, settings.host_path)
@@ -463,7 +470,7 @@ async def _cow_workspace(engine: DockerEngine, config: SandboxConfig, settings: 
         if settings.workspace == "overlay":
             raise SandboxStartError(f"no copy-on-write workspace: {exc}") from exc
         _log.warning("copy-on-write workspace refused (%s): sessions on this engine copy their workspace", exc)
-        engine.refuse_cow(config.docker_url)  # "auto" does not ask this engine again
+        engine.refuse_cow(DockerBackend.of(config).url)  # "auto" does not ask this engine again
         return None
 
 

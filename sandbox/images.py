@@ -39,7 +39,8 @@ from typing import Any, Callable, Iterator
 from pydantic import BaseModel, ConfigDict, Field
 
 from .image_workspace import derived_image
-from .models import ImageSettings, ImageUnavailable, SandboxConfig, SandboxStartError, WorkspaceSpec
+from .backends import DockerBackend, ImageSettings
+from .models import ImageUnavailable, SandboxConfig, SandboxStartError, WorkspaceSpec
 
 _log = logging.getLogger(__name__)
 GB = 1024 ** 3
@@ -209,7 +210,7 @@ class ImageStore:
                                           self.settings.pull_timeout_s + 30)
         except asyncio.TimeoutError:
             raise ImageUnavailable(image, f"the pull took longer than {self.settings.pull_timeout_s:g} s "
-                                          "(sandbox.images.pull_timeout_s)") from None
+                                          "(sandbox.backend.images.pull_timeout_s)") from None
 
     async def derived(self, image: str, workdir: str, tools: tuple[str, ...]) -> str:
         """The hardened session image of the present ``image`` (built once; its tag; known for
@@ -240,7 +241,7 @@ class ImageStore:
                 image = await self.derived(spec.image, spec.image_workdir, config.policy.blocked_tools)
                 release = _chain(release, self.hold(image))
             else:
-                image = spec.image or config.docker_image
+                image = spec.image or DockerBackend.of(config).image
             tree = await self.template(spec, config) if template else None
         except BaseException:
             release()
@@ -276,7 +277,7 @@ class ImageStore:
             raise SandboxStartError(f"cannot inspect image {image!r}: {exc}") from None
         if not self.settings.pull:
             raise ImageUnavailable(image, "it is not on this Docker engine and pulls are off "
-                                          "(sandbox.images.pull: false): pull it or run `env-server prefetch`")
+                                          "(sandbox.backend.images.pull: false): pull it or run `env-server prefetch`")
         start = time.monotonic()
         deadline = start + self.settings.pull_timeout_s
         layers: dict[str, tuple[int, int]] = {}
@@ -304,7 +305,7 @@ class ImageStore:
                     _log.info("pulling %s: %.0f of %.0f MB in %.0f s", image, got / 2**20, known / 2**20, now - start)
                 if now > deadline:
                     raise ImageUnavailable(image, f"the pull took longer than {self.settings.pull_timeout_s:g} s "
-                                                  "(sandbox.images.pull_timeout_s)")
+                                                  "(sandbox.backend.images.pull_timeout_s)")
             info = client.api.inspect_image(image)
         except ImageUnavailable:
             self._count_failure(image)
@@ -479,7 +480,8 @@ async def prefetch(specs: list[WorkspaceSpec], config: SandboxConfig, parallel: 
     import docker.errors
 
     store = image_store(config)
-    budget = int(config.images.cache_gb * GB) if config.images.cache_gb else None
+    settings = DockerBackend.of(config).images
+    budget = int(settings.cache_gb * GB) if settings.cache_gb else None
     by_image: dict[str, list[WorkspaceSpec]] = {}
     for spec in specs:
         if spec.image:
@@ -492,7 +494,7 @@ async def prefetch(specs: list[WorkspaceSpec], config: SandboxConfig, parallel: 
             start = time.monotonic()
             if budget is not None and await asyncio.to_thread(store.usage) >= budget:
                 result = Prefetched(image=image, status="skipped", tasks=len(group),
-                                    error="the image cache is at its budget (sandbox.images.cache_gb)")
+                                    error="the image cache is at its budget (sandbox.backend.images.cache_gb)")
             else:
                 try:
                     pulled = await store.present(image)
@@ -524,12 +526,12 @@ def image_store(config: SandboxConfig) -> ImageStore:
     from .docker_engine import docker_client
     from .workspace import cache_root
 
-    cache = cache_root(config)
-    key = (config.docker_url, str(cache))
+    cache, docker = cache_root(config), DockerBackend.of(config)
+    key = (docker.url, str(cache))
     with _stores_lock:
         store = _stores.get(key)
         if store is None:
-            store = _stores[key] = ImageStore(lambda: docker_client(config.docker_url), cache, config.images)
+            store = _stores[key] = ImageStore(lambda: docker_client(docker.url), cache, docker.images)
         return store
 
 

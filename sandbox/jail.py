@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from typing import Any, Awaitable, Callable, ClassVar, Self
+from typing import Any, Awaitable, Callable, Self
 
-from .backends import backend_class, backend_names
+from .backends import BACKENDS
 from .base import Sandbox
 from .channel import RuntimeChannel
 from .models import (CommandResult, CommandStatus, ExactDiff, PathError, SandboxClosed, SandboxConfig, SandboxDied,
@@ -42,8 +42,6 @@ class JailSandbox(Sandbox):
     """
 
     start_timeout_s: float = 30.0
-    # Whether the backend runs image-resident workspaces (the code inside a task's image).
-    runs_image_resident: ClassVar[bool] = False
 
     def __init__(self, session_id: str, config: SandboxConfig, info: SandboxInfo,
                  reader: asyncio.StreamReader, write: Callable[[bytes], Awaitable[None]]) -> None:
@@ -80,10 +78,10 @@ class JailSandbox(Sandbox):
     # -- start ----------------------------------------------------------------------
     @classmethod
     async def start(cls, spec: WorkspaceSpec, config: SandboxConfig) -> Self:
-        if spec.image_resident and not cls.runs_image_resident:
-            able = [name for name in backend_names() if _runs_image_resident(name)]
+        if spec.image_resident and not config.backend.runs_image_resident:
+            able = [name for name, backend in BACKENDS.items() if backend.runs_image_resident]
             raise SandboxStartError(f"image-resident tasks (code inside {spec.image!r}) need a backend that runs "
-                                    f"them ({', '.join(able) or 'none is registered'}), not {config.backend}")
+                                    f"them ({', '.join(able) or 'none is registered'}), not {config.backend_name}")
         box, init = await cls.launch(spec, config)
         try:
             layers = await box._channel.handshake(init, box.start_timeout_s)
@@ -169,9 +167,3 @@ class JailSandbox(Sandbox):
         self._closed = True
         await self.kill_jail()
 
-
-def _runs_image_resident(name: str) -> bool:
-    try:
-        return bool(getattr(backend_class(name), "runs_image_resident", False))
-    except (ImportError, AttributeError):  # a backend that cannot be loaded here runs nothing
-        return False

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validator, model_validator
 
-from .backends import BACKENDS, DEFAULT_BACKEND, unknown_backend
+from .backends import BackendConfig, BwrapBackend, backend_config, move_flat_keys
 
 # Tools whose binaries must be *absent* from the sandbox's view (not masked by
 # name): file finders and archive extractors an agent could use to dig up code the
@@ -105,40 +105,33 @@ class HardeningPolicy(BaseModel):
     inet_sockets: Literal["netns_only", "deny"] = "netns_only"
 
 
-class ImageSettings(BaseModel):
-    """How task images reach the engine and how much disk they may take (``SandboxConfig.images``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    pull: bool = Field(True, description="pull a task's image when the engine lacks it (credentials: the "
-                                         "engine client's usual configuration, ~/.docker/config.json)")
-    max_pulls: int = Field(2, gt=0, le=64, description="pulls at once in this process")
-    pull_timeout_s: float = Field(1800.0, gt=0, description="a pull taking longer fails the resets waiting for it")
-    cache_gb: float | None = Field(None, gt=0, description=(
-        "disk budget for the images this project pulled or derived; past it the least recently used "
-        "are removed (never one in use, never one the user put there); none: no eviction"))
-
-
 class SandboxConfig(BaseModel):
     """Configuration of the sandbox layer (one per server, shared by sessions)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    backend: str = Field(DEFAULT_BACKEND, description="a backend of the registry (sandbox/backends.py)")
+    backend: SerializeAsAny[BackendConfig] = Field(default_factory=BwrapBackend, description=(
+        "the backend and its settings: a backend of the registry (sandbox/backends.py) by its type, "
+        "e.g. {type: docker, url: ...}; a bare name is that backend with its defaults"))
     limits: Limits = Field(default_factory=Limits)
     policy: HardeningPolicy = Field(default_factory=HardeningPolicy)
     cache_dir: Path | None = Field(None, description="prepared workspaces and tool views; default ~/.cache/swe-openenv")
-    docker_image: str = Field("swe-openenv-sandbox:latest", description="image the docker backend runs when a task names none")
-    docker_url: str | None = Field(None, description="Docker engine URL; default from the environment")
-    images: ImageSettings = Field(default_factory=ImageSettings, description=(
-        "docker: how task images are pulled and how much disk they may take (sandbox/images.py)"))
 
-    @field_validator("backend")
+    @model_validator(mode="before")
     @classmethod
-    def _registered(cls, name: str) -> str:
-        if name not in BACKENDS:
-            raise ValueError(unknown_backend(name))
-        return name
+    def _flat_keys(cls, data: Any) -> Any:
+        """The flat keys of old (``docker_url``, ``docker_image``, ``images``) moved into their backend's section."""
+        return move_flat_keys(data) if isinstance(data, dict) else data
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _registered(cls, value: Any) -> Any:
+        return backend_config(value)
+
+    @property
+    def backend_name(self) -> str:
+        """The backend's name (``"bwrap"``, ``"docker"``, ...)."""
+        return self.backend.name
 
 
 class WorkspaceSpec(BaseModel):

@@ -115,7 +115,7 @@ class _Key:
         spec = self.spec
         where = f"{spec.image}:{spec.image_workdir}" if spec.image_resident else str(spec.repo_path)
         commit = f"@{spec.base_commit[:12]}" if spec.base_commit else ""
-        return f"{self.config.backend}:{where}{commit} [{self.key[:8]}]"
+        return f"{self.config.backend_name}:{where}{commit} [{self.key[:8]}]"
 
 
 class WarmPool:

@@ -25,6 +25,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .backends import DockerBackend
 from .docker_engine import docker_client
 from .git import GitError, run_git
 from .image_workspace import apply_setup_patch, export_image_tree, image_id
@@ -59,7 +60,7 @@ def git(repo: Path, *args: str, input: bytes | None = None, env: dict[str, str] 
 def _source_key(spec: WorkspaceSpec, config: SandboxConfig) -> str:
     policy = config.policy
     if spec.image_resident:
-        source = f"image:{image_id(docker_client(config.docker_url), spec.image)}:{spec.image_workdir}"
+        source = f"image:{image_id(docker_client(DockerBackend.of(config).url), spec.image)}:{spec.image_workdir}"
     else:
         source = _host_source(spec)
     if spec.setup_patch.strip():
@@ -129,7 +130,7 @@ def prepare_template(spec: WorkspaceSpec, config: SandboxConfig) -> Template:
 
 def _export_tree(spec: WorkspaceSpec, tree: Path, config: SandboxConfig) -> None:
     if spec.image_resident:
-        export_image_tree(docker_client(config.docker_url), spec, tree)
+        export_image_tree(docker_client(DockerBackend.of(config).url), spec, tree)
         return
     assert spec.repo_path is not None
     repo = spec.repo_path.resolve()

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from contract.extras import missing_extra
-from sandbox import DEFAULT_BACKEND, backend_names
+from sandbox import BACKENDS, DEFAULT_BACKEND, backend_names
 
 from .build import DEFAULT_TASKS_PER_PACKAGE, build_tasks
 from .check import check_choices
@@ -70,7 +70,8 @@ def add_task_commands(sub: argparse._SubParsersAction) -> None:
     reverify.add_argument("--traces", type=Path, required=True, metavar="DIR",
                           help="the server's --data-dir (its traces/ is used) or a folder of <episode_id>.jsonl")
     reverify.add_argument("--tasks", type=Path, required=True, metavar="FILE", help="the task file the server used")
-    reverify.add_argument("--backend", choices=backend_names(), default=DEFAULT_BACKEND)
+    _one_of(reverify, "--backend", backend_names(), default=DEFAULT_BACKEND,
+            help=f"the sandbox the verifier re-grades in (default {DEFAULT_BACKEND})")
     reverify.add_argument("--concurrency", type=int, default=2)
     reverify.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the report as JSON")
     reverify.add_argument("--fail-on-change", action="store_true", help="exit 1 when any reward changed")
@@ -242,12 +243,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _missing_extra(args: argparse.Namespace) -> str | None:
     """The one line naming the extra this command needs, when it is not installed (None: it can run).
-    The bwrap sandbox needs no extra; the Docker backend (``--backend``, ``--check``) needs the Docker SDK
-    of the ``env`` extra, and Parquet files pyarrow of the ``datasets`` extra."""
+    A backend (``--backend``, ``--check``) may need an extra (its ``needs_extra``: the Docker backend the
+    Docker SDK of the ``env`` extra; bwrap none), and Parquet files need pyarrow of the ``datasets`` extra."""
     command = f"task-factory {args.tasks_command}"
     for option in ("backend", "check"):
-        if getattr(args, option, None) == "docker":
-            return missing_extra(f"{command} --{option} docker", "env", ("docker",))
+        name = getattr(args, option, None)
+        needs = BACKENDS[name].needs_extra if name in BACKENDS else None
+        if needs:
+            return missing_extra(f"{command} --{option} {name}", *needs)
     if any(str(f).endswith(".parquet") for f in getattr(args, "files", None) or ()):
         return missing_extra(f"{command} (Parquet)", "datasets", ("pyarrow",))
     return None

@@ -165,7 +165,7 @@ async def reverify(traces_dir: str | Path, tasks_path: str | Path, backend: str 
     if not files:
         raise ReverifyError(f"no episode traces (*.jsonl) in {folder}")
     loaded = load_tasks(tasks_path)
-    check_backend(loaded, sandbox_config.backend if sandbox_config else backend)
+    check_backend(loaded, sandbox_config.backend_name if sandbox_config else backend)
     by_id = {t.instance_id: t for t in loaded}
     config = sandbox_config or SandboxConfig(backend=backend)
     sem = asyncio.Semaphore(max(1, concurrency))
@@ -195,5 +195,5 @@ async def reverify(traces_dir: str | Path, tasks_path: str | Path, backend: str 
             return row.model_copy(update=update)
 
     rows = await asyncio.gather(*(one(p) for p in files))
-    return ReverifyReport(traces_dir=str(folder), tasks_path=str(tasks_path), backend=config.backend,
+    return ReverifyReport(traces_dir=str(folder), tasks_path=str(tasks_path), backend=config.backend_name,
                           rows=list(rows), duration_s=round(time.monotonic() - start, 2))

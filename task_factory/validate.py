@@ -111,7 +111,7 @@ async def validate_file(path: str | Path, backend: str = DEFAULT_BACKEND, concur
                                  duration_s=round(time.monotonic() - t0, 2))
 
     rows = await asyncio.gather(*(one(t) for t in tasks))
-    return ValidationReport(backend=config.backend, rows=list(rows), duration_s=round(time.monotonic() - start, 2))
+    return ValidationReport(backend=config.backend_name, rows=list(rows), duration_s=round(time.monotonic() - start, 2))
 
 
 # -- the statement check (host-side: a user's script run with the task's venv) ----------------

@@ -657,7 +657,7 @@ class PlanCache:
         self._plans: dict[str, asyncio.Future[ScriptPlan]] = {}
 
     async def get(self, task: TaskInstance, config: SandboxConfig) -> ScriptPlan:
-        key = _plan_key(task) + "\0" + config.backend
+        key = _plan_key(task) + "\0" + config.backend_name
         fut = self._plans.get(key)
         if fut is None:
             fut = asyncio.ensure_future(prepare(task, config))

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sandbox import backend_class
+from sandbox import backend_config_class
 from sandbox.models import WorkspaceSpec
 
 DEFAULT_WORKDIR = "/testbed"  # where SWE-bench-layout images hold the repository
@@ -222,7 +222,7 @@ def load_tasks(path: str | Path) -> list[TaskInstance]:
 
 def check_backend(tasks: list[TaskInstance], backend: str) -> None:
     """Raise TaskFileError when ``backend`` cannot serve some of ``tasks`` (image-resident ones need docker)."""
-    if backend_class(backend).runs_image_resident:
+    if backend_config_class(backend).runs_image_resident:
         return
     resident = [t.instance_id for t in tasks if t.image_resident]
     if resident:

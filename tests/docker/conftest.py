@@ -15,7 +15,7 @@ import pytest
 from docker_testlib import sandbox_containers, wait_gone
 from requirements import docker_engine_client, missing
 
-from sandbox import SandboxConfig, WorkspaceSpec
+from sandbox import DockerBackend, SandboxConfig, WorkspaceSpec
 
 IMAGE = os.environ.get("SWE_SANDBOX_IMAGE", "swe-openenv-sandbox:latest")
 
@@ -82,7 +82,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def config(tmp_path_factory: pytest.TempPathFactory, image: str) -> SandboxConfig:
-    return SandboxConfig(backend="docker", docker_image=image, cache_dir=tmp_path_factory.mktemp("dcache"))
+    return SandboxConfig(backend=DockerBackend(image=image), cache_dir=tmp_path_factory.mktemp("dcache"))
 
 
 @pytest.fixture

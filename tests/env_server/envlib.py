@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from serverlib import RunningServer, call, free_port, run_server, tool  # noqa: F401  (re-exported)
 
-from sandbox import SandboxConfig
+from sandbox import DockerBackend
 
 # The bwrap sandbox backend: the `bwrap` fixture of tests/conftest.py skips without bubblewrap,
 # or fails under CI / SWE_REQUIRE_BWRAP=1.
@@ -28,6 +28,6 @@ def docker_or_fail() -> None:
         from sandbox.docker import docker_client
 
         client = docker_client(None)
-        client.images.get(SandboxConfig().docker_image)
+        client.images.get(DockerBackend().image)
     except Exception as exc:  # no SDK, no engine, no image
         missing("docker", f"the docker backend is unavailable: {exc}")

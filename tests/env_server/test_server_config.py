@@ -6,6 +6,7 @@ import yaml
 
 from env_server.cli import main
 from env_server.config import ServerConfig
+from sandbox import DockerBackend
 
 
 def _resolved(capsys, *argv: str) -> dict:
@@ -22,7 +23,7 @@ def test_the_defaults_are_the_models(capsys):
 def test_flags_and_set_reach_nested_settings(capsys):
     shown = _resolved(capsys, "--tasks", "t.jsonl", "--backend", "docker", "--sandbox-cpu", "normal", "--fsync",
                       "--max-steps", "9", "--set", "sandbox.limits.memory_mb=2048", "--set", "episode.grade_timeout_s=60")
-    assert shown["tasks_path"] == "t.jsonl" and shown["sandbox"]["backend"] == "docker"
+    assert shown["tasks_path"] == "t.jsonl" and shown["sandbox"]["backend"]["type"] == "docker"
     assert shown["sandbox"]["limits"]["cpu_policy"] == "normal" and shown["sandbox"]["limits"]["memory_mb"] == 2048
     assert shown["episode"]["trace_fsync"] is True and shown["episode"]["max_steps"] == 9
     assert shown["episode"]["grade_timeout_s"] == 60.0
@@ -39,6 +40,45 @@ def test_a_config_file_then_flags_then_set(tmp_path, capsys):
     # a partial sandbox section keeps the server's idle CPU policy
     assert shown["sandbox"]["limits"]["pids"] == 64 and shown["sandbox"]["limits"]["cpu_policy"] == "idle"
     assert _resolved(capsys, "--config", str(cfg), "--max-sessions", "16")["max_sessions"] == 16
+
+
+def test_a_backends_settings_are_its_section(tmp_path, capsys):
+    """A bare backend name is its section; its keys reach into it from a file, the flags and --set; naming
+    the backend the section already is keeps it, naming another starts from that one's defaults."""
+    docker = DockerBackend().model_dump(mode="json")
+    shown = _resolved(capsys, "--backend", "docker", "--set", "sandbox.backend.url=tcp://engine:2375",
+                      "--image-cache-gb", "5", "--max-pulls", "3")
+    assert shown["sandbox"]["backend"] == {**docker, "url": "tcp://engine:2375",
+                                           "images": {**docker["images"], "cache_gb": 5.0, "max_pulls": 3}}
+    cfg = tmp_path / "server.yaml"  # the flat docker keys of old, moved into the docker section
+    cfg.write_text("sandbox: {backend: docker, docker_url: 'tcp://old:2375', docker_image: 'img:1', "
+                   "images: {max_pulls: 4}}\n")
+    moved = {**docker, "url": "tcp://old:2375", "image": "img:1", "images": {**docker["images"], "max_pulls": 4}}
+    assert _resolved(capsys, "--config", str(cfg))["sandbox"]["backend"] == moved
+    assert _resolved(capsys, "--config", str(cfg), "--backend", "docker")["sandbox"]["backend"] == moved
+    assert _resolved(capsys, "--config", str(cfg), "--backend", "bwrap")["sandbox"]["backend"] == {"type": "bwrap"}
+    assert _resolved(capsys, "--set", "sandbox.backend=docker", "--set", "sandbox.backend.image=img:2",
+                     "--set", "sandbox.backend=docker")["sandbox"]["backend"]["image"] == "img:2"
+    # what --print-config prints loads again, and so does what it printed before the sections
+    cfg.write_text(yaml.safe_dump(_resolved(capsys, "--backend", "docker", "--image-cache-gb", "7")))
+    assert _resolved(capsys, "--config", str(cfg))["sandbox"]["backend"]["images"]["cache_gb"] == 7.0
+    cfg.write_text("sandbox: {backend: bwrap, docker_image: 'swe-openenv-sandbox:latest', docker_url: null,\n"
+                   "  images: {pull: true, max_pulls: 2, pull_timeout_s: 1800.0, cache_gb: null}}\n")
+    assert _resolved(capsys, "--config", str(cfg))["sandbox"]["backend"] == {"type": "bwrap"}
+
+
+def test_a_setting_of_another_backend_is_one_line_naming_its_key(capsys):
+    for argv, says in ((["--image-cache-gb", "5"], "sandbox.backend: images is a setting of the docker backend, "
+                                                   "not of bwrap (backend.type: docker)"),
+                       (["--set", "sandbox.docker_url=tcp://x"], "sandbox: docker_url is now backend.url, a setting "
+                                                                 "of the docker backend; the backend here is bwrap"),
+                       (["--backend", "docker", "--set", "sandbox.backend.urll=x"],
+                        "sandbox.backend.urll: not a setting (did you mean sandbox.backend.url?)"),
+                       (["--set", "sandbox.backend=dokcer"], "sandbox.backend: unknown sandbox backend 'dokcer' "
+                                                             "(did you mean docker?); registered backends: bwrap, docker")):
+        assert main(["serve", "--print-config", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"env-server: {says}") and err.count("\n") == 1, (argv, err)
 
 
 def test_tokens_never_printed(capsys, monkeypatch):

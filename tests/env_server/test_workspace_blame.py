@@ -23,7 +23,7 @@ from envlib import requires_sandbox, run
 from contract import CallToolAction
 from env_server.episode import Episode, EpisodeConfig
 from env_server.traces import TraceStore, fork_point
-from sandbox import DiffUnreadable, SandboxConfig
+from sandbox import DiffUnreadable, DockerBackend, SandboxConfig
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "sandbox"))
 from test_diff_states import HELD, STATES  # noqa: E402  (the same states, sandbox-level)
@@ -52,7 +52,7 @@ def backend(request) -> str:
         try:
             from sandbox.docker import docker_client
 
-            docker_client(None).images.get(SandboxConfig().docker_image)
+            docker_client(None).images.get(DockerBackend().image)
         except Exception as exc:  # no SDK, no engine, no image
             missing("docker", f"the docker backend is unavailable: {exc}")
     return request.param

@@ -30,7 +30,8 @@ def test_env_server_cli_has_tasks_build_and_validate() -> None:
 
 
 @pytest.mark.parametrize("argv", [["validate", "t.jsonl", "--backend", "host"], ["mine", "--out", "m", "--check", "host"],
-                                  ["build", "--out", "b", "--check", "host"]])
+                                  ["build", "--out", "b", "--check", "host"],
+                                  ["reverify", "--traces", "d", "--tasks", "t", "--backend", "host"]])
 def test_there_is_no_host_grader_to_choose(argv: list[str], capsys: pytest.CaptureFixture) -> None:
     """Tasks are checked by the verifier in a sandbox only: 'host' is one line naming the choices."""
     with pytest.raises(SystemExit) as exc:
@@ -38,7 +39,7 @@ def test_there_is_no_host_grader_to_choose(argv: list[str], capsys: pytest.Captu
     err = capsys.readouterr().err
     assert exc.value.code == 2 and len(err.strip().splitlines()) == 1, err
     assert err.startswith(f"task-factory {argv[0]}: {argv[-2]} host: not one of bwrap, docker"), err
-    assert "no host grader" in err and ("none" in err) == (argv[0] != "validate")
+    assert "no host grader" in err and ("none" in err) == (argv[0] in ("build", "mine"))
 
 
 def test_build_and_mine_check_with_the_verifier_in_bwrap_by_default() -> None:
