@@ -4,8 +4,11 @@
 #   ENV_TASKS         task file (JSON/JSONL) inside the container (required)
 #   ENV_BACKEND       bwrap (default) | docker
 #   ENV_MAX_SESSIONS  live sessions per replica (default 16)
-#   ENV_DATA_DIR      traces go to $ENV_DATA_DIR/<hostname>/ (one folder per replica,
-#                     so replicas can share one volume without clashing)
+#   ENV_DATA_DIR      traces go to $ENV_DATA_DIR/<replica name>/traces/ (default /data; one
+#                     folder per replica, so replicas can share one volume without clashing)
+#   ENV_REPLICA_NAME  that folder's name; default: the container's name under compose (what
+#                     `docker compose ps` shows: <project>-env-<N>, v1 <project>_env_<N>), else
+#                     the host name (a pod's name on Kubernetes): env_server/replica.py
 #   ENV_PORT          default 8000
 #   ENV_UID, ENV_GID  the uid/gid the server runs as when started as root (default 10001)
 # Arguments are passed on to `env-server serve` (e.g. --max-steps 50).
@@ -38,7 +41,8 @@ fi
 
 : "${ENV_TASKS:?set ENV_TASKS to the task file (mounted into the container)}"
 backend=${ENV_BACKEND:-bwrap}
-data_dir=${ENV_DATA_DIR:-/data}/$(hostname)
+replica=$(python3 -m env_server.replica)
+data_dir=${ENV_DATA_DIR:-/data}/$replica
 
 if [ "$backend" = bwrap ]; then
     # Fail fast, with the fix, when the container may not create the sandbox's namespaces.

@@ -158,11 +158,12 @@ def test_full_episodes_spread_over_both_replicas(deployment, task_pack, engine):
     assert good["result"]["metadata"]["resolved"] is True
     assert bad["result"]["done"] and bad["result"]["reward"] == 0.0, bad["result"]
     assert good["state"]["step_count"] == 3 and good["state"]["instance_id"] == task["instance_id"]
-    # Each episode's trace is on the data volume, in the folder of the replica that ran it.
+    # Each episode's trace is on the data volume, in the folder of the replica that ran it, named as
+    # compose names the replica (docs/deploy.md; env_server/replica.py)
     by_port = {f"127.0.0.1:{host_port(c)}": c for c in deployment["containers"]}
     for ep in (good, bad):
         container = next(c for hp, c in by_port.items() if hp in ep["url"])
-        path = f"/data/{container.attrs['Config']['Hostname']}/traces/{ep['episode_id']}.jsonl"
+        path = f"/data/{container.name}/traces/{ep['episode_id']}.jsonl"
         code, output = container.exec_run(["sh", "-c", f"wc -l < {path}"])
         assert code == 0 and int(output) >= 2, f"no trace {path} in {container.name}: {output!r}"
 
