@@ -113,7 +113,8 @@ class DockerBackend(BackendConfig):
 
 
 # name -> the backend's config class: the registry.
-BACKENDS: dict[str, type[BackendConfig]] = {cls.backend_name(): cls for cls in (BwrapBackend, DockerBackend)}
+BACKENDS: dict[str, type[BackendConfig]] = {cls.backend_name(): cls for cls in (
+    BwrapBackend, DockerBackend)}
 
 
 def backend_names() -> tuple[str, ...]:
