@@ -101,7 +101,7 @@ def test_cli_serve_runs_a_real_process(demo_tasks_path, tmp_path):
     with local_env_server(demo_tasks_path, data_dir=tmp_path, extra_args=["--max-sessions", "3"],
                           startup_timeout_s=30) as server:
         meta = httpx.get(f"{server.url}/metadata").json()
-        assert meta["max_sessions"] == 3 and meta["tasks"] == 1
+        assert meta["max_sessions"] == 3 and meta["tasks"] == 1 and meta["backend"] == "bwrap"  # its name
     assert server.returncode is not None
 
 
