@@ -136,7 +136,7 @@ if [ "$WARMSTART" = 1 ]; then
 print('built: recording %.0f s, SFT %.0f s' % (s['record'], s['sft']))" "$WARM/warmstart.json")"
   fi
   MODEL=(--set "model.name_or_path=$WARM" --set grpo.max_completion_length=384
-         --set loss.beta=0.5 --set replay.enabled=true --set replay.verify="${DEMO_VERIFY:-fork}"
+         --set loss.pairs.weight=0.5 --set replay.enabled=true --set replay.verify="${DEMO_VERIFY:-fork}"
          --set "replay.local_models=[\"teacher${TEACHERS%,*}=$TEACH1\", \"teacher${TEACHERS#*,}=$TEACH2\"]"
          --set replay.min_agreeing=1 --set replay.states_per_episode=2)
 else
@@ -236,14 +236,14 @@ if rows:
     first, last = rows[0], rows[-1]
     print(f"   {len(rows)} GRPO steps: reward {first.get('reward', 0):.3f} at step {first['step']}, "
           f"{last.get('reward', 0):.3f} at step {last['step']}")
-    grpo, hints, dpo = at("channels/grpo"), at("channels/sdpo"), at("channels/replay")
-    sites = sum(r.get("channels/error_sites", 0) for r in rows)
-    per_step = sorted({int(r.get("channels/pairs", 0)) for r in rows if r.get("channels/replay")})
+    grpo, hints, dpo = at("channels/grpo"), at("channels/hints"), at("channels/pairs")
+    sites = sum(r.get("channels/hints/sites", 0) for r in rows)
+    per_step = sorted({int(r.get("channels/pairs/used", 0)) for r in rows if r.get("channels/pairs")})
     print(f"   channel 1 grpo:  non-zero at {steps_text(grpo)}")
     print(f"   channel 2 hints: non-zero at {steps_text(hints)} ({sites:g} error site(s) in all)")
-    print(f"   channel 3 dpo:   non-zero at {steps_text(dpo)}"
+    print(f"   channel 3 pairs: non-zero at {steps_text(dpo)}"
           + (f" ({per_step[0]}-{per_step[-1]} pair(s) a step, from {len(pairs)} distinct pair(s))" if per_step else ""))
-    for label, steps in (("1 grpo", grpo), ("2 hints", hints), ("3 dpo", dpo)):
+    for label, steps in (("1 grpo", grpo), ("2 hints", hints), ("3 pairs", dpo)):
         if not steps:
             missing.append(f"channel {label} was zero at every step")
 if pairs:

@@ -39,7 +39,7 @@ def _maxrss_mb() -> float:
 def worker_divergence(t: int, mode: str, h: int, chunk: int, threads: int) -> dict:
     import torch
 
-    from trainer_client.losses import LossConfig
+    from trainer_client.losses import HintsSettings
     from trainer_client.losses.chunked import divergence_from_hidden
 
     torch.set_num_threads(threads)
@@ -48,9 +48,9 @@ def worker_divergence(t: int, mode: str, h: int, chunk: int, threads: int) -> di
     ht = hs.detach() + 0.3 * torch.randn(t, h, generator=g)
     w = (torch.randn(V_QWEN, h, generator=g) * 0.2).requires_grad_(True)
     cfg = {
-        "naive": LossConfig(chunk_size=0, chunk_backend="native"),
-        "chunked": LossConfig(chunk_size=chunk, chunk_backend="native"),
-        "trl": LossConfig(chunk_size=chunk, chunk_backend="trl"),
+        "naive": HintsSettings(chunk_size=0, chunk_backend="native"),
+        "chunked": HintsSettings(chunk_size=chunk, chunk_backend="native"),
+        "trl": HintsSettings(chunk_size=chunk, chunk_backend="trl"),
     }[mode]
     before = _maxrss_mb()
     start = time.perf_counter()
@@ -74,24 +74,14 @@ def _step_setup(mode: str, threads: int, completion_len: int, site_frac: float):
     from datasets import Dataset
     from trl import GRPOConfig
 
-    from trainer_client.losses import LossConfig
+    from trainer_client.losses import LossSettings
     from trainer_client.tokenizer import load_qwen_tokenizer
 
     torch.set_num_threads(threads)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "losses"))
     from pairs_data import write_pairs  # the same pair records the tests use
 
-    try:
-        from trainer_client.trainer import SweGRPOTrainer as Trainer
-    except ImportError:  # pragma: no cover
-        from trl import GRPOTrainer
-
-        from trainer_client.losses import ThreeChannelLossMixin
-
-        class Trainer(ThreeChannelLossMixin, GRPOTrainer):
-            def __init__(self, *a, loss_config=None, **k):
-                self.loss_config = loss_config
-                super().__init__(*a, **k)
+    from trainer_client.trainer import SweGRPOTrainer as Trainer
 
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -103,17 +93,17 @@ def _step_setup(mode: str, threads: int, completion_len: int, site_frac: float):
     )
     tmp = tempfile.mkdtemp(prefix="bench-losses-")
     pairs = write_pairs(__import__("pathlib").Path(tmp) / "pairs.jsonl", 8)
-    cfg = (
-        LossConfig(alpha=0.0, beta=0.0)
+    cfg = LossSettings.model_validate(
+        {"hints": {"weight": 0.0}, "pairs": {"weight": 0.0}}
         if mode == "grpo"
-        else LossConfig(alpha=0.1, beta=0.05, pref_loss="dpo", pairs_path=str(pairs), pairs_per_step=2,
-                        reuse_grpo_hidden=mode != "full-noreuse")
+        else {"hints": {"weight": 0.1, "reuse_grpo_hidden": mode != "full-noreuse"},
+              "pairs": {"weight": 0.05, "loss": "dpo", "path": str(pairs), "per_step": 2}}
     )
     args = GRPOConfig(output_dir=tmp, report_to=[], use_cpu=True, bf16=False, beta=0.0,
                       per_device_train_batch_size=4, num_generations=4, max_completion_length=completion_len)
     ds = Dataset.from_list([{"prompt": [{"role": "user", "content": "hi"}]}] * 4)
     trainer = Trainer(model=model, reward_funcs=lambda completions, **k: [0.0] * len(completions), args=args,
-                      train_dataset=ds, processing_class=tok, loss_config=cfg)
+                      train_dataset=ds, processing_class=tok, loss_settings=cfg)
     trainer.current_gradient_accumulation_steps = 1
     b, p, c = 4, 128, completion_len
     g = torch.Generator().manual_seed(1)
@@ -268,8 +258,8 @@ def bench_interleaved(a) -> None:
     for m in modes:
         ratios = [x / g for x, g in zip(t[m], t["grpo"])]
         print(f"{m:>13}: median {statistics.median(t[m]):.2f} s/step; per-round ratio to GRPO median "
-              f"{statistics.median(ratios):.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f}); sdpo="
-              f"{r['metrics'][m].get('channels/sdpo', 0.0):.6g}")
+              f"{statistics.median(ratios):.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f}); hints="
+              f"{r['metrics'][m].get('channels/hints', 0.0):.6g}")
 
 
 if __name__ == "__main__":

@@ -123,7 +123,7 @@ def step_times(url: str, tasks: Path, policy: Path, out: Path, steps: int, extra
     cfg = load_config(ROOT / "trainer_client/configs/cpu_smoke.yaml", [
         f"model.name_or_path={policy}", f"env.urls=[\"{url}\"]", f"data.tasks={tasks}", f"grpo.output_dir={out}",
         f"grpo.max_steps={steps + 1}", 'grpo.save_strategy="no"', "grpo.max_completion_length=384", "output.plot=false",
-        "loss.beta=0.5", *extra])
+        "loss.pairs.weight=0.5", *extra])
     original, metrics.MetricsCallback = metrics.MetricsCallback, Timed  # train imports it at call time
     try:
         train(cfg)
@@ -174,7 +174,7 @@ def main() -> None:
                     "replay.enabled=true", f"replay.teachers={teachers_file}"]))]
             # the same channel-3 work without the loop: the pairs the loop delivered, given up front
             results.insert(0, ("loop off, same pairs static", step_times(
-                url, tasks, policy, Path(tmp) / "off_static", args.steps, [f"loss.pairs_path={on_dir / 'pairs.jsonl'}"])))
+                url, tasks, policy, Path(tmp) / "off_static", args.steps, [f"loss.pairs.path={on_dir / 'pairs.jsonl'}"])))
             results.append(("loop on, 2 local teachers", step_times(
                 url, tasks, policy, Path(tmp) / "on_local", args.steps,
                 ["replay.enabled=true", "replay.local_models=[" + ",".join(f'"{c}"' for c in checkpoints[:2]) + "]"])))

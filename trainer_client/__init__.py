@@ -3,8 +3,9 @@
 - trainer.py `SweGRPOTrainer` (TRL's GRPOTrainer with a concurrent tool phase), config.py
   `RunConfig` (the YAML run config), environment.py (env sessions for TRL's environment_factory);
   run.py `train` runs one training;
-- losses/: channel 2 (sdpo.py: hint self-distillation at error sites) and channel 3
-  (pair_preference.py: DPO/SimPO on teacher pairs), combined by compose.py and mixin.py;
+- losses/: the loss channels, one registry (losses/channels.py): `hints` (channel 2, hints_channel.py:
+  self-distillation from the same model given a hint at error sites) and `pairs` (channel 3,
+  pairs_channel.py: DPO/SimPO on teacher pairs), combined by compose.py and mixin.py;
 - replay/: teachers replaying frozen traces into the pairs channel 3 trains on (offline, or in
   the background of a run: replay/during_training.py);
 - cli.py: `trainer-client train|warmstart|ablate|replay|evaluate|tasks` (`replay`'s options: replay/cli.py;

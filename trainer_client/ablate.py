@@ -3,7 +3,7 @@
     trainer-client ablate --config trainer_client/configs/cpu_smoke.yaml --env-url http://127.0.0.1:8000 \\
         --tasks tasks.jsonl --arms grpo,grpo+hints --seeds 0,1 --max-steps 2 --out runs/ablation
 
-One idea in four stages: arms (the loss settings that differ; `ARMS`) -> runs (one
+One idea in four stages: arms (the loss settings that differ; `arms()`, from the channel registry) -> runs (one
 `trainer-client train` subprocess per arm and seed, on the same tasks, env servers, steps and
 teacher USD ceiling, under OUT/<arm>/seed<k>/) -> aggregate (reward and pass rate per step: mean,
 std, min and max across seeds; final-window means and their deltas against the `grpo` arm) ->
@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from env_client.processes import log_tail, start_process, stop_process_group
+from trainer_client.losses.channels import channel_class, channel_names, count_keys, metric_key
 
-__all__ = ["ARMS", "Arm", "ArmSummary", "RunResult", "Spread", "ablate", "aggregate", "read_run",
+__all__ = ["Arm", "arms", "ArmSummary", "RunResult", "Spread", "ablate", "aggregate", "read_run",
            "run_ablation", "write_report"]
 
 RUN_RECORD = "ablate.json"  # per run: arm, seed, overrides, command, resolved config, status
@@ -46,52 +47,69 @@ LOG = "train.log"
 BASELINE = "grpo"
 HELD_OUT_KEY = "eval/resolved_rate"  # held-out evaluation during training (trainer_client/eval_during_training.py)
 SPEND_KEY = "replay/spent_usd"  # the replay loop's cumulative teacher spend (trainer_client/replay/during_training.py)
-CHANNEL_MEANS = ("channels/alpha", "channels/beta")
-CHANNEL_SUMS = ("channels/pairs", "channels/error_sites", "channels/sdpo_tokens")
 TAIL_LINES = 20
+
+
+def channel_means() -> tuple[str, ...]:
+    """Per run, the mean of each channel's scheduled weight (``channels/<name>/weight``)."""
+    return tuple(metric_key(n, "weight") for n in channel_names())
+
+
+def channel_sums() -> tuple[str, ...]:
+    """Per run, the sum of each channel's counts (error sites, pairs used)."""
+    return count_keys()
+
+
+def input_key(name: str) -> str:
+    """The count that says a channel had inputs (its step-table column)."""
+    return metric_key(name, channel_class(name).counts[0])
 
 
 # ---------------------------------------------------------------------------------------------------------- arms
 @dataclass(frozen=True)
 class Arm:
-    """One loss setting: total = grpo + alpha * channel2 (hints) + beta * channel3 (replayed pairs)."""
+    """One loss setting: the channels it turns on (by name); the others get weight 0."""
 
     name: str
-    hints: bool
-    replay: bool
+    channels: frozenset[str]
     what: str
 
-    def overrides(self, alpha: float, beta: float) -> list[str]:
-        """The keys this arm sets (after the user's --set): its channel weights and the replay loop."""
-        return [f"loss.alpha={alpha if self.hints else 0.0}", f"loss.beta={beta if self.replay else 0.0}",
-                f"replay.enabled={'true' if self.replay else 'false'}"]
+    def overrides(self, weights: dict[str, float]) -> list[str]:
+        """The keys this arm sets (after the user's --set): every channel's weight, and what each channel
+        needs besides (the pairs channel: the replay loop)."""
+        out = []
+        for n in channel_names():
+            on = n in self.channels
+            out += [f"loss.{n}.weight={weights[n] if on else 0.0}", *channel_class(n).arm_overrides(on)]
+        return out
 
 
-ARMS: dict[str, Arm] = {a.name: a for a in (
-    Arm("grpo", False, False, "GRPO only: loss.alpha=0, loss.beta=0, replay off"),
-    Arm("grpo+hints", True, False, "GRPO + channel 2 (hint self-distillation at error sites): alpha>0, beta=0"),
-    Arm("grpo+replay", False, True, "GRPO + channel 3 (DPO on replayed teacher pairs): alpha=0, beta>0, replay on"),
-    Arm("all", True, True, "all three channels: alpha>0, beta>0, replay on"),
-)}
+def arms() -> dict[str, Arm]:
+    """GRPO alone, GRPO with each channel, and all channels: generated from the registry."""
+    names = channel_names()
+    out = [Arm(BASELINE, frozenset(), "GRPO only: " + ", ".join(f"loss.{n}.weight=0" for n in names))]
+    for n in names:
+        c = channel_class(n)
+        out.append(Arm(f"{BASELINE}+{n}", frozenset({n}), f"GRPO + channel {c.number}, {n} ({c.summary}): "
+                       f"{c.symbol}>0, the others 0"))
+    out.append(Arm("all", frozenset(names), "every channel: " + ", ".join(f"{channel_class(n).symbol}>0" for n in names)))
+    return {a.name: a for a in out}
 
 
-def channel_weights(cfg: Any) -> tuple[float, float]:
-    """(alpha, beta) of the arms that turn a channel on: the config's value when > 0, else LossConfig's default."""
-    from trainer_client.losses.config import LossConfig
 
-    default, loss = LossConfig(), cfg.loss or {}
-    alpha, beta = float(loss.get("alpha") or 0), float(loss.get("beta") or 0)
-    return (alpha if alpha > 0 else default.alpha), (beta if beta > 0 else default.beta)
+def channel_weights(cfg: Any) -> dict[str, float]:
+    """The weight of each channel in the arms that turn it on: the config's value when > 0, else the
+    channel's default."""
+    return {n: section.weight if section.weight > 0 else channel_class(n).default_weight
+            for n, section in cfg.loss.items()}
 
 
-def replay_problem(cfg: Any) -> str | None:
-    """Why an arm with replay cannot run on this config (no teachers), or None."""
-    teachers, local = cfg.replay.teachers, cfg.replay.local_models
-    if not teachers and not local:
-        return ("needs replay teachers but none are configured: set replay.teachers=TEACHERS.yaml "
-                "or replay.local_models=[CHECKPOINT, ...] (--set); not run (it would only be GRPO)")
-    if teachers and not Path(teachers).is_file():
-        return f"replay.teachers {teachers!r} is not a file"
+def arm_problem(arm: Arm, cfg: Any) -> str | None:
+    """Why `arm` cannot run on this config (the pairs channel without teachers), or None."""
+    for n in sorted(arm.channels):
+        problem = channel_class(n).arm_problem(cfg)
+        if problem:
+            return problem
     return None
 
 
@@ -107,7 +125,7 @@ class RunResult:
     steps: list[int] = field(default_factory=list)
     reward: list[float | None] = field(default_factory=list)
     pass_rate: list[float | None] = field(default_factory=list)
-    channels: dict[str, float] = field(default_factory=dict)  # means of CHANNEL_MEANS, sums of CHANNEL_SUMS
+    channels: dict[str, float] = field(default_factory=dict)  # means of channel_means(), sums of channel_sums()
     spend_usd: float | None = None
     seconds: float | None = None
     returncode: int | None = None
@@ -146,10 +164,11 @@ def read_run(run_dir: Path, arm: str, seed: int, max_steps: int) -> RunResult:
                     steps=steps, seconds=record.get("seconds"), returncode=record.get("returncode"))
     res.reward = [_number(by_step[s].get("reward")) for s in steps]
     res.pass_rate = [_number(by_step[s].get("env/pass_rate")) for s in steps]
-    for key in CHANNEL_MEANS + CHANNEL_SUMS:
+    means = channel_means()
+    for key in means + channel_sums():
         vals = [v for s in steps if (v := _number(by_step[s].get(key))) is not None]
         if vals:
-            res.channels[key] = statistics.fmean(vals) if key in CHANNEL_MEANS else float(sum(vals))
+            res.channels[key] = statistics.fmean(vals) if key in means else float(sum(vals))
     evals = sorted((int(r["step"]), v) for r in rows if "step" in r and (v := _number(r.get(HELD_OUT_KEY))) is not None)
     if evals:
         res.held_out_start = evals[0][1] if evals[0][0] == 0 else None
@@ -182,15 +201,14 @@ class Plan:
     out: Path
     max_steps: int
     launcher: list[str]
-    alpha: float
-    beta: float
+    weights: dict[str, float]  # each channel's weight where an arm turns it on
 
     def run_dir(self, arm: str, seed: int) -> Path:
         return self.out / arm / f"seed{seed}"
 
     def overrides(self, arm: Arm, seed: int) -> list[str]:
-        return arm.overrides(self.alpha, self.beta) + [f"grpo.seed={seed}", f"grpo.data_seed={seed}",
-                                                       f"loss.pair_seed={seed}"]
+        seeds = [f"loss.{n}.seed={seed}" for n in channel_names() if "seed" in channel_class(n).settings_class.model_fields]
+        return arm.overrides(self.weights) + [f"grpo.seed={seed}", f"grpo.data_seed={seed}", *seeds]
 
     def command(self, arm: Arm, seed: int) -> list[str]:
         a = self.args
@@ -206,14 +224,12 @@ class Plan:
 
     def config(self, arm: Arm, seed: int) -> Any:
         """The run's resolved config, as `train` will resolve it (validated here, before any run starts)."""
-        from trainer_client.config import build_loss_config
         from trainer_client.run import resolve_config
 
         a = self.args
         cfg = resolve_config(a.config, list(a.overrides) + self.overrides(arm, seed), env_urls=a.env_url,
                              tasks=a.tasks, output_dir=str(self.run_dir(arm.name, seed)), max_steps=self.max_steps,
-                             env_token=a.env_token)
-        build_loss_config(cfg)  # a bad loss.* value fails here, for every arm at once
+                             env_token=a.env_token)  # a bad loss.* value fails here, for every arm at once
         return cfg
 
 
@@ -277,7 +293,7 @@ def run_ablation(plan: Plan, arms: list[Arm], seeds: list[int], force: bool = Fa
                  timeout_s: float | None = None) -> list[RunResult]:
     """Every arm x seed (seeds outer: a cut-short ablation still compares the arms on seed 0)."""
     configs = {(a.name, s): plan.config(a, s) for a in arms for s in seeds}  # every config valid before any run
-    problems = {a.name: replay_problem(configs[a.name, seeds[0]]) if a.replay else None for a in arms}
+    problems = {a.name: arm_problem(a, configs[a.name, seeds[0]]) for a in arms}
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if plan.args.env_token:
         from env_client import TOKEN_ENV
@@ -391,12 +407,15 @@ def aggregate(runs: list[RunResult], window: int, baseline: str = BASELINE) -> l
             at = [points.get(step, (None, None)) for points in by_step]
             curve.append({"step": step, "reward": Spread.of([a[0] for a in at]),
                           "pass_rate": Spread.of([a[1] for a in at])})
-        channels = {k: statistics.fmean(r.channels.get(k, 0.0) for r in ok) for k in CHANNEL_MEANS + CHANNEL_SUMS
+        channels = {k: statistics.fmean(r.channels.get(k, 0.0) for r in ok) for k in channel_means() + channel_sums()
                     if any(k in r.channels for r in ok)}
         spend = [r.spend_usd for r in ok if r.spend_usd is not None]
         notes = []
-        if ARMS.get(arm, Arm(arm, False, False, "")).replay and ok and not channels.get("channels/pairs"):
-            notes.append("channel 3 received no pairs in any finished run: this arm measured no replay")
+        known = arms()
+        for n in sorted(known[arm].channels if arm in known else ()):
+            if ok and not channels.get(input_key(n)):
+                notes.append(f"channel {n} had no inputs ({channel_class(n).column}) in any finished run: "
+                             f"this arm measured no {n}")
         summaries.append(ArmSummary(arm, len(mine), len(ok), Spread.of([r.final_reward for r in ok]),
                                     Spread.of([r.final_pass_rate for r in ok]), None, None, channels,
                                     statistics.fmean(spend) if spend else None, curve, notes,
@@ -428,11 +447,10 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
 def arms_table(summaries: list[ArmSummary]) -> str:
     """The Markdown table of the arms (also the end-of-run summary)."""
     head = ["arm", "runs ok", "reward (final window)", f"Δ vs {BASELINE}", "pass rate (final window)",
-            f"Δ vs {BASELINE}", "α", "β", "pairs/run", "teacher $/run"]
+            f"Δ vs {BASELINE}", *_channel_headers("/run"), "teacher $/run"]
     rows = [[s.arm, f"{s.runs_ok}/{s.runs}", s.final_reward.text(), _fmt(s.delta_reward, signed=True),
              s.final_pass_rate.text(), _fmt(s.delta_pass_rate, signed=True),
-             _fmt(s.channels.get("channels/alpha"), "g"), _fmt(s.channels.get("channels/beta"), "g"),
-             _fmt(s.channels.get("channels/pairs"), "g"), _fmt(s.spend_usd, ".2f")] for s in summaries]
+             *(_fmt(s.channels.get(k), "g") for k in _channel_columns()), _fmt(s.spend_usd, ".2f")] for s in summaries]
     if any(s.held_out_final.n for s in summaries):  # --held-out: the measure that counts, on unseen tasks
         head[6:6] = ["held-out resolved: before", "after", f"Δ vs {BASELINE}"]
         for s, row in zip(summaries, rows):
@@ -441,11 +459,20 @@ def arms_table(summaries: list[ArmSummary]) -> str:
 
 
 def runs_table(runs: list[RunResult]) -> str:
-    head = ["arm", "seed", "status", "steps", "reward (final)", "pass rate (final)", "α", "β", "pairs", "time s", "dir"]
+    head = ["arm", "seed", "status", "steps", "reward (final)", "pass rate (final)", *_channel_headers(""), "time s",
+            "dir"]
     rows = [[r.arm, str(r.seed), r.status, str(len(r.steps)), _fmt(r.final_reward), _fmt(r.final_pass_rate),
-             _fmt(r.channels.get("channels/alpha"), "g"), _fmt(r.channels.get("channels/beta"), "g"),
-             _fmt(r.channels.get("channels/pairs"), "g"), _fmt(r.seconds, ".0f"), r.dir] for r in runs]
+             *(_fmt(r.channels.get(k), "g") for k in _channel_columns()), _fmt(r.seconds, ".0f"), r.dir] for r in runs]
     return _md_table(head, rows)
+
+
+def _channel_columns() -> list[str]:
+    """The channel keys the tables show: each channel's mean weight, then its input count."""
+    return [k for n in channel_names() for k in (metric_key(n, "weight"), input_key(n))]
+
+
+def _channel_headers(suffix: str) -> list[str]:
+    return [h for n in channel_names() for h in (channel_class(n).symbol, f"{channel_class(n).column}{suffix}")]
 
 
 def _rel(path: str, out: Path) -> str:
@@ -479,21 +506,21 @@ def write_report(out: Path, runs: list[RunResult], summaries: list[ArmSummary], 
     with paths["arms_csv"].open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["arm", "runs", "runs_ok"] + [f"final_reward_{c}" for c in spread_cols] + ["delta_reward"]
-                   + [f"final_pass_rate_{c}" for c in spread_cols] + ["delta_pass_rate", "alpha", "beta",
-                                                                     "pairs_per_run", "spend_usd_per_run"])
+                   + [f"final_pass_rate_{c}" for c in spread_cols] + ["delta_pass_rate", *_csv_names(_channel_columns()),
+                                                                     "spend_usd_per_run"])
         for s in summaries:
             w.writerow([s.arm, s.runs, s.runs_ok, *_cells(s.final_reward), _cell(s.delta_reward),
                         *_cells(s.final_pass_rate), _cell(s.delta_pass_rate),
-                        *(_cell(s.channels.get(k)) for k in ("channels/alpha", "channels/beta", "channels/pairs")),
+                        *(_cell(s.channels.get(k)) for k in _channel_columns()),
                         _cell(s.spend_usd)])
     with paths["runs_csv"].open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["arm", "seed", "status", "steps", "final_reward", "final_pass_rate", "alpha", "beta", "pairs",
-                    "error_sites", "spend_usd", "seconds", "returncode", "dir", "error"])
+        keys = list(channel_means() + channel_sums())
+        w.writerow(["arm", "seed", "status", "steps", "final_reward", "final_pass_rate", *_csv_names(keys),
+                    "spend_usd", "seconds", "returncode", "dir", "error"])
         for r in runs:
             w.writerow([r.arm, r.seed, r.status, len(r.steps), _cell(r.final_reward), _cell(r.final_pass_rate),
-                        *(_cell(r.channels.get(k)) for k in ("channels/alpha", "channels/beta", "channels/pairs",
-                                                             "channels/error_sites")),
+                        *(_cell(r.channels.get(k)) for k in keys),
                         _cell(r.spend_usd), _cell(r.seconds), _cell(r.returncode), r.dir,
                         r.error.splitlines()[0] if r.error else ""])
     with paths["curves_csv"].open("w", newline="") as f:
@@ -507,6 +534,11 @@ def write_report(out: Path, runs: list[RunResult], summaries: list[ArmSummary], 
     if plotted is None:
         del paths["png"]
     return paths
+
+
+def _csv_names(keys: list[str]) -> list[str]:
+    """CSV column names of channel metrics: ``channels/hints/weight`` -> ``hints_weight``."""
+    return [k.removeprefix("channels/").replace("/", "_") for k in keys]
 
 
 def _cell(v: Any) -> str:
@@ -524,8 +556,9 @@ def _markdown(runs: list[RunResult], summaries: list[ArmSummary], settings: dict
     lines += [f"- final window: the last {window} logged step(s) of each run; arms aggregate their finished runs "
               "only; cells are mean ± sample std [min, max] across seeds", ""]
     lines += ["## Arms", "", arms_table(summaries), ""]
+    known = arms()
     for s in summaries:
-        what = ARMS[s.arm].what if s.arm in ARMS else ""
+        what = known[s.arm].what if s.arm in known else ""
         lines.append(f"- `{s.arm}`: {what}" + "".join(f"; NOTE: {n}" for n in s.notes))
     lines += ["", "## Runs", "", runs_table(runs), ""]
     if plot is not None:
@@ -595,17 +628,18 @@ def ablate(args: argparse.Namespace) -> list[RunResult]:
     if not base.env.urls:
         raise RunSetupError("no env server: pass --env-url or set env.urls")
     out = Path(args.out)
-    alpha, beta = channel_weights(base)
-    plan = Plan(args, out, max_steps, shlex.split(args.launcher), alpha, beta)
+    weights = channel_weights(base)
+    plan = Plan(args, out, max_steps, shlex.split(args.launcher), weights)
+    where_on = " ".join(f"{n}={w:g}" for n, w in weights.items())
     window = args.window or max(1, max_steps // 4)
     print(f"ablation: {len(args.arms)} arm(s) x {len(args.seeds)} seed(s), {max_steps} step(s) each, "
-          f"alpha={alpha:g} beta={beta:g} where on, under {out}", flush=True)
+          f"weights where on: {where_on}, under {out}", flush=True)
     runs = run_ablation(plan, args.arms, args.seeds, force=args.force, timeout_s=args.timeout_s)
     summaries = aggregate(runs, window)
     ceiling = base.replay.max_total_usd
     settings = {"config": args.config, "tasks": args.tasks or base.data.tasks or base.data.instance_ids,
                 "arms": ",".join(a.name for a in args.arms), "seeds": ",".join(map(str, args.seeds)),
-                "steps": max_steps, "alpha (where on)": alpha, "beta (where on)": beta,
+                "steps": max_steps, **{f"loss.{n}.weight (where on)": w for n, w in weights.items()},
                 "teacher USD ceiling per run": "none" if math.isinf(ceiling) else ceiling,
                 "held-out tasks": getattr(args, "held_out", None) or "none",
                 "overrides": " ".join(args.overrides) or "none"}

@@ -26,7 +26,8 @@ from collections.abc import Iterator
 
 from contract.extras import EXTRA_MODULES, missing_extra
 from env_client import TOKEN_ENV, EnvAuthError, NoLiveReplicaError, split_token
-from trainer_client.ablate import ARMS, Arm, ablate
+from trainer_client.ablate import Arm, ablate, arms
+from trainer_client.losses.channels import total_formula
 from trainer_client.config import RunConfig
 from trainer_client.run import RunSetupError, resolve_config, train
 
@@ -47,7 +48,7 @@ def _add_run_args(p: argparse.ArgumentParser, tasks_help: str) -> None:
                    "--env-url wins for that replica)")
     p.add_argument("--tasks", metavar="FILE", help=tasks_help)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                   help="override any config key, e.g. grpo.learning_rate=1e-5 or loss.alpha=0.1 (repeatable)")
+                   help="override any config key, e.g. grpo.learning_rate=1e-5 or loss.hints.weight=0.1 (repeatable)")
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
@@ -123,10 +124,11 @@ def _run_warmstart(args: argparse.Namespace) -> int:
 
 def _parse_arms(text: str) -> list[Arm]:
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in ARMS]
+    known = arms()
+    unknown = [n for n in names if n not in known]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown arm(s) {unknown}; choose from {', '.join(ARMS)}")
-    return [ARMS[n] for n in dict.fromkeys(names)]
+        raise argparse.ArgumentTypeError(f"unknown arm(s) {unknown}; choose from {', '.join(known)}")
+    return [known[n] for n in dict.fromkeys(names)]
 
 
 def _parse_seeds(text: str) -> list[int]:
@@ -145,8 +147,8 @@ def _add_ablate(sub: argparse._SubParsersAction) -> None:
         help="train every loss arm x seed on the same budget and report what each channel adds",
         description="Train the loss arms over several seeds on the same tasks, steps and teacher USD ceiling,\n"
         "each as its own `trainer-client train` process under OUT/<arm>/seed<k>/, and report what each\n"
-        "channel adds (total = grpo + alpha * channel2 + beta * channel3):\n"
-        + "".join(f"  {a.name:<12} {a.what}\n" for a in ARMS.values())
+        f"channel adds ({total_formula()}):\n"
+        + "".join(f"  {a.name:<12} {a.what}\n" for a in arms().values())
         + "Report: OUT/ablation.md (tables), arms.csv, runs.csv, curves.csv, ablation.json, and ablation.png\n"
         "(reward and pass rate against steps: mean across seeds, min-max band). A crashed run is a failed\n"
         "row with its log tail; a rerun keeps finished runs (--force reruns them).\n\n"
@@ -163,10 +165,10 @@ def _add_ablate(sub: argparse._SubParsersAction) -> None:
     )
     _add_run_args(p, tasks_help="task file whose instance_ids form the dataset of every run (data.tasks)")
     p.add_argument("--out", required=True, metavar="DIR", help="runs go to DIR/<arm>/seed<k>/, the report to DIR")
-    p.add_argument("--arms", type=_parse_arms, default=list(ARMS.values()), metavar="A,B",
-                   help=f"arms to run, comma-separated (default: all of {','.join(ARMS)})")
+    p.add_argument("--arms", type=_parse_arms, default=list(arms().values()), metavar="A,B",
+                   help=f"arms to run, comma-separated (default: all of {','.join(arms())})")
     p.add_argument("--seeds", type=_parse_seeds, default=[0, 1, 2], metavar="S,T",
-                   help="seeds (grpo.seed, grpo.data_seed, loss.pair_seed), comma-separated (default 0,1,2)")
+                   help="seeds (grpo.seed, grpo.data_seed, loss.pairs.seed), comma-separated (default 0,1,2)")
     p.add_argument("--max-steps", type=int, metavar="N", help="optimizer steps of every run (default: grpo.max_steps)")
     p.add_argument("--max-usd", type=float, metavar="X",
                    help="teacher spend ceiling of every replay run (replay.max_total_usd)")

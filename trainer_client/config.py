@@ -5,7 +5,8 @@
              suspicion_policy: {<monitor reason> | reward_hacking: keep | zero | mask}}
     data:   {tasks: tasks.jsonl | instance_ids: [...], prompt: "...", repeat: N}
     grpo:   any GRPOConfig field (validated by constructing GRPOConfig)
-    loss:   trainer_client.losses LossConfig fields (channels 2/3), optional
+    loss:   {hints: {weight, schedule, divergence, ...}, pairs: {weight, loss, path, ...}}: one section per
+            loss channel (trainer_client/losses/channels.py, the registry), each optional
     peft:   {r, alpha, dropout, target_modules}: LoRA through TRL's `peft_config`, optional
     hardware: {device_memory_gb, num_devices, sharding, accelerate_config, prompt_tokens, ...}:
             what `--dry-run` checks the memory estimate against (trainer_client/memory_estimate.py)
@@ -30,8 +31,9 @@ from contract import (DEFAULT_PROFILE, DEFAULT_PROMPT, DEFAULT_SUSPICION_POLICY,
                       SuspicionPolicy, UnknownProfile, get_profile)
 from contract.overrides import apply_overrides, read_yaml_mapping
 from env_client import ClientConfig
+from trainer_client.losses.channels import LossSettings
 
-__all__ = ["EvalSection", "RunConfig", "apply_overrides", "build_grpo_config", "build_loss_config", "build_peft_config",
+__all__ = ["EvalSection", "RunConfig", "apply_overrides", "build_grpo_config", "build_peft_config",
            "config_error", "load_config"]
 
 TINY_MODEL = "tiny-qwen"
@@ -137,7 +139,7 @@ class LiveReplaySection(_Section):
     queued, their gated states sent to the teachers in the background, and the pairs join the loss's
     buffer."""
 
-    enabled: bool = Field(False, description="run the replay loop during `train` (needs loss.beta > 0)")
+    enabled: bool = Field(False, description="run the replay loop during `train` (needs loss.pairs.weight > 0)")
     teachers: str | None = Field(None, description="teachers YAML (OpenAI-compatible endpoints); None with "
                                  "`local_models` set: the run serves those itself")
     local_models: list[str] = Field(default_factory=list, description="checkpoints served as local teachers "
@@ -173,7 +175,7 @@ class RunConfig(_Section):
     env: EnvSection = Field(default_factory=EnvSection)
     data: DataSection = Field(default_factory=DataSection)
     grpo: dict[str, Any] = Field(default_factory=dict)
-    loss: dict[str, Any] | None = None
+    loss: LossSettings = Field(default_factory=LossSettings, description="one section per loss channel")
     peft: PeftSection | None = None
     hardware: HardwareSection = Field(default_factory=HardwareSection)
     output: OutputSection = Field(default_factory=OutputSection)
@@ -223,7 +225,8 @@ def config_error(exc: ValidationError) -> str:
         if err["type"] == "extra_forbidden":  # a mistyped key: name the one it most likely meant
             parts.append(unknown_key_message(where, setting_keys(RunConfig) + _grpo_keys()))
             continue
-        parts.append(f"{where}: {' '.join(err['msg'].removeprefix('Value error, ').split())}")
+        msg = " ".join(err["msg"].removeprefix("Value error, ").split())
+        parts.append(msg if msg.startswith(f"{where}.") else f"{where}: {msg}")  # a section's own message names its keys
     return "invalid config: " + "; ".join(parts)
 
 
@@ -277,12 +280,34 @@ def build_grpo_config(cfg: RunConfig, **extra: Any):
     if unknown:
         raise ValueError("invalid config: " + "; ".join(unknown_key_message(k, known) for k in unknown))
     kwargs = {"output_dir": "runs/trainer-client", "report_to": [], "logging_steps": 1}
-    kwargs.update(cfg.grpo)
+    kwargs.update(_typed_grpo(cfg.grpo))
     kwargs.update(extra)
     try:
         return GRPOConfig(**kwargs)
     except (TypeError, ValueError) as exc:  # TRL refuses a combination (or a value's type): its words, one line
         raise ValueError(f"invalid grpo settings: {' '.join(str(exc).split())}") from None
+
+
+def _typed_grpo(values: dict[str, Any]) -> dict[str, Any]:
+    """The `grpo` section's values checked against the types of TRL's GRPOConfig fields (a number where
+    TRL wants a float, ...), converted as pydantic's lax mode does (``"1e-5"`` is a float); ValueError
+    naming every key whose value has the wrong type, on one line."""
+    import typing
+
+    from pydantic import TypeAdapter
+    from trl import GRPOConfig
+
+    hints = typing.get_type_hints(GRPOConfig)
+    out, problems = {}, []
+    for key, value in values.items():
+        try:
+            out[key] = TypeAdapter(hints[key]).validate_python(value) if key in hints else value
+        except ValidationError as exc:
+            msg = exc.errors()[0]["msg"]
+            problems.append(f"grpo.{key}: {msg} (got {value!r})")
+    if problems:
+        raise ValueError("invalid config: " + "; ".join(problems))
+    return out
 
 
 def build_peft_config(cfg: RunConfig) -> Any:
@@ -293,16 +318,3 @@ def build_peft_config(cfg: RunConfig) -> Any:
 
     return LoraConfig(r=cfg.peft.r, lora_alpha=cfg.peft.alpha, lora_dropout=cfg.peft.dropout,
                       target_modules=cfg.peft.target_modules, task_type="CAUSAL_LM")
-
-
-def build_loss_config(cfg: RunConfig) -> Any:
-    """LossConfig of channels 2/3 (None when the section is absent or the module is missing)."""
-    if cfg.loss is None:
-        return None
-    from trainer_client.losses.config import LossConfig, WeightSchedule
-
-    values = dict(cfg.loss)
-    for key, value in list(values.items()):
-        if isinstance(value, dict) and set(value) <= {"kind", "warmup_steps"}:
-            values[key] = WeightSchedule(**value)
-    return LossConfig(**values)

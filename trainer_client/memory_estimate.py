@@ -384,8 +384,8 @@ def estimate_for_config(cfg: Any, *, device_memory_gb: float | None = None,
     procs, acc_sharding = _accelerate_facts(hw.accelerate_config)
     devices = num_devices or hw.num_devices or procs or 1
     sharding = hw.sharding or acc_sharding or "none"
-    loss = cfg.loss or {}
-    loss_on = cfg.loss is not None and (float(loss.get("alpha", 0.1)) > 0 or float(loss.get("beta", 0.05)) > 0)
+    loss = cfg.loss
+    loss_on = any(section.weight > 0 for _, section in loss.items())
     est = estimate_memory(
         facts,
         model=cfg.model.name_or_path,
@@ -406,17 +406,16 @@ def estimate_for_config(cfg: Any, *, device_memory_gb: float | None = None,
         vllm_server_tp=hw.vllm_server_tp,
         peft=cfg.peft is not None,
         loss_channels=loss_on,
-        loss_chunk_tokens=int(loss.get("chunk_size", 256)) or 256,
+        loss_chunk_tokens=loss.hints.chunk_size or 256,
         runtime_reserve_gb=hw.runtime_reserve_gb,
     )
-    live_dpo = cfg.replay.enabled and cfg.peft is None and float(loss.get("beta", 0.05)) > 0 \
-        and loss.get("pref_loss", "dpo") == "dpo"
+    live_dpo = cfg.replay.enabled and cfg.peft is None and loss.pairs.weight > 0 and loss.pairs.loss == "dpo"
     if live_dpo:  # pairs that arrive mid-run are scored by the initial weights, loaded whole on every device
         P = facts.num_params
         est.rows.append(Row("DPO reference (live pairs)", f"P {_g(P)} x 2 (initial weights, unsharded)", P * 2,
                             ("train",)))
         est.notes.append("replay.enabled with DPO and no PEFT keeps a frozen copy of the initial weights for the "
-                         "live pairs' references: use PEFT (adapters disabled = reference) or loss.pref_loss=simpo")
+                         "live pairs' references: use PEFT (adapters disabled = reference) or loss.pairs.loss=simpo")
     if procs is not None and num_devices is None and hw.num_devices and hw.num_devices != procs:
         est.problems.append(f"hardware.num_devices {hw.num_devices} != num_processes {procs} of {hw.accelerate_config}")
     return est

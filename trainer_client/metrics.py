@@ -20,8 +20,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-__all__ = ["MetricsCallback", "is_summary", "plot_metrics", "quiet_progress", "step_records", "table_header",
-           "table_row"]
+__all__ = ["MetricsCallback", "channel_curves", "columns", "is_summary", "legend", "plot_metrics", "quiet_progress",
+           "step_records", "table_header", "table_row"]
 
 #: what the plot shows first (when present), in this order, then error kinds
 HEADLINE = ("eval/resolved_rate", "reward", "reward_std", "env/pass_rate", "env/reward_hacking", "env/suspicious_submissions", "loss",
@@ -31,36 +31,56 @@ HEADLINE = ("eval/resolved_rate", "reward", "reward_std", "env/pass_rate", "env/
 SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss", "total_flos")
 
 #: the console table: (header, metrics key, width, format); a column shows when the first step record
-#: has its key ("sec": wall seconds since the previous step record, measured here)
-COLUMNS: tuple[tuple[str, str, int, str], ...] = (
+#: has its key ("sec": wall seconds since the previous step record, measured here). The loss channels'
+#: columns (each one's loss and its input count) come from the registry: `columns()`.
+HEAD_COLUMNS: tuple[tuple[str, str, int, str], ...] = (
     ("reward", "reward", 7, ".3f"),
     ("pass", "env/pass_rate", 5, ".2f"),
     ("hacked", "env/reward_hacking", 6, "g"),
     ("lost", "env/infra_failures", 4, "g"),
     ("grpo", "channels/grpo", 8, ".4f"),
-    ("hints", "channels/sdpo", 8, ".4f"),
-    ("sites", "channels/error_sites", 5, "g"),
-    ("dpo", "channels/replay", 8, ".4f"),
-    ("pairs", "channels/pairs", 5, "g"),
+)
+TAIL_COLUMNS: tuple[tuple[str, str, int, str], ...] = (
     ("mined", "replay/pairs_mined", 5, "g"),
     ("usd", "replay/spent_usd", 7, ".4f"),
     ("total", "channels/total", 8, ".4f"),
     ("loss", "loss", 8, ".4f"),
     ("sec", "sec", 6, ".1f"),
 )
-#: what each column means, printed once under the header
+#: what each column means, printed once under the header (the channels' lines: `legend()`)
 LEGEND = {
     "pass": "pass: share resolved",
     "hacked": "hacked: rollouts flagged as reward hacking",
     "lost": "lost: rollouts lost to env failures (masked out)",
-    "grpo": "grpo/hints/dpo: loss of channel 1/2/3",
-    "sites": "sites: error sites (channel 2's input)",
-    "pairs": "pairs: preference pairs (channel 3's input)",
     "mined": "mined: pairs the replay loop mined so far",
     "usd": "usd: its teachers' spend so far",
-    "total": "total = grpo + alpha*hints + beta*dpo",
     "sec": "sec: wall seconds",
 }
+
+
+def columns() -> tuple[tuple[str, str, int, str], ...]:
+    """Every column of the step table, the loss channels' from the registry."""
+    from trainer_client.losses.channels import channel_class, channel_names, metric_key
+
+    per_channel = []
+    for name in channel_names():
+        c = channel_class(name)
+        per_channel += [(name, metric_key(name), 8, ".4f"), (c.column, metric_key(name, c.counts[0]), 5, "g")]
+    return HEAD_COLUMNS + tuple(per_channel) + TAIL_COLUMNS
+
+
+def legend() -> dict[str, str]:
+    """Each column's legend line, keyed by the column's header."""
+    from trainer_client.losses.channels import channel_class, channel_names, total_formula
+
+    names = channel_names()
+    numbers = "/".join(str(channel_class(n).number) for n in names)
+    out = dict(LEGEND)
+    out["grpo"] = f"grpo/{'/'.join(names)}: loss of channel 1/{numbers}"
+    for name in names:
+        out[channel_class(name).column] = channel_class(name).column_legend
+    out["total"] = total_formula()
+    return out
 
 
 def is_summary(record: dict[str, Any]) -> bool:
@@ -86,8 +106,8 @@ def step_records(jsonl: str | Path) -> list[dict[str, Any]]:
 
 def _columns(record: dict[str, Any]) -> list[tuple[str, str, int, str]]:
     has_channels = "channels/total" in record
-    live = "channels/pair_buffer" in record  # the replay loop runs: its counters come after its first round
-    return [c for c in COLUMNS if (c[1] in record or c[1] == "sec" or (live and c[1].startswith("replay/")))
+    live = "channels/pairs/buffer" in record  # the replay loop runs: its counters come after its first round
+    return [c for c in columns() if (c[1] in record or c[1] == "sec" or (live and c[1].startswith("replay/")))
             and not (c[0] == "loss" and has_channels)]  # with channels, `total` is the loss
 
 
@@ -96,8 +116,9 @@ def table_header(record: dict[str, Any]) -> list[str]:
     cols = _columns(record)
     head = f"{'step':>5} " + " ".join(f"{name:>{width}}" for name, _, width, _ in cols)
     lines, line = [], ""
-    for part in (LEGEND[name] for name, *_ in cols if name in LEGEND):
-        if line and len(line) + len(part) + 2 > 100:
+    texts = legend()
+    for part in (texts[name] for name, *_ in cols if name in texts):
+        if line and 6 + len(line) + len(part) + 2 > 100:  # 6: the indent every legend line gets
             lines.append(line)
             line = ""
         line = f"{line}; {part}" if line else part
@@ -192,11 +213,17 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-#: channels drawn together: (metrics key, label)
-CHANNEL_LOSSES = (("channels/grpo", "1 grpo"), ("channels/sdpo", "2 hints"), ("channels/replay", "3 dpo"),
-                  ("channels/total", "total"))
-CHANNEL_INPUTS = (("channels/error_sites", "error sites (2)"), ("channels/pairs", "pairs (3)"),
-                  ("replay/pairs_mined", "pairs mined so far"))
+def channel_curves() -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+    """The plot's two channel panels, from the registry: the losses (GRPO, each channel, the total) and
+    their inputs (each channel's input count; the pairs the replay loop mined), as (metrics key, label)."""
+    from trainer_client.losses.channels import channel_class, channel_names, metric_key
+
+    names = channel_names()
+    losses = (("channels/grpo", "1 grpo"), *((metric_key(n), f"{channel_class(n).number} {n}") for n in names),
+              ("channels/total", "total"))
+    inputs = (*((metric_key(n, channel_class(n).counts[0]), f"{channel_class(n).column} ({n})") for n in names),
+              ("replay/pairs_mined", "pairs mined so far"))
+    return losses, inputs
 
 
 def plot_metrics(jsonl: str | Path, png: str | Path, keys: tuple[str, ...] | None = None) -> Path | None:
@@ -230,10 +257,11 @@ def plot_metrics(jsonl: str | Path, png: str | Path, keys: tuple[str, ...] | Non
         values = [v for v in series(key) if not math.isnan(v)]
         return len(values) > 1 and len(set(values)) == 1
 
-    groups = [("loss channels", [(k, label) for k, label in CHANNEL_LOSSES if k in available]),
-              ("channel inputs", [(k, label) for k, label in CHANNEL_INPUTS if k in available and not constant(k)])]
+    channel_losses, channel_inputs = channel_curves()
+    groups = [("loss channels", [(k, label) for k, label in channel_losses if k in available]),
+              ("channel inputs", [(k, label) for k, label in channel_inputs if k in available and not constant(k)])]
     groups = [(title, curves) for title, curves in groups if curves and not keys]
-    grouped = {k for _, curves in groups for k, _ in curves} | {k for k, _ in CHANNEL_LOSSES + CHANNEL_INPUTS}
+    grouped = {k for _, curves in groups for k, _ in curves} | {k for k, _ in channel_losses + channel_inputs}
     if "channels/total" in available:
         grouped.add("loss")  # the same value as channels/total, drawn in the channels' panel
     wanted = list(keys or (tuple(k for k in HEADLINE if k in available)  # the headline first, in its order

@@ -8,7 +8,6 @@ an error line and an exit code.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -111,7 +110,7 @@ def train(cfg: RunConfig, resume: bool = False):
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     from datasets import Dataset
 
-    from trainer_client.config import build_grpo_config, build_loss_config, build_peft_config
+    from trainer_client.config import build_grpo_config, build_peft_config
     from trainer_client.distributed import allow_cpu_fsdp, write_rank_report
     from trainer_client.environment import make_environment_class
     from trainer_client.console import Heartbeat, RunConsole
@@ -127,9 +126,8 @@ def train(cfg: RunConfig, resume: bool = False):
         raise RunSetupError(str(exc)) from None
     if grpo.use_cpu:
         allow_cpu_fsdp()  # an FSDP accelerate config on CPU ranks shards instead of falling back to DDP
-    loss_config = build_loss_config(cfg)
-    if cfg.replay.enabled and loss_config.beta <= 0:
-        raise RunSetupError("replay.enabled needs loss.beta > 0 (channel 3 is what the pairs feed)")
+    if cfg.replay.enabled and cfg.loss.pairs.weight <= 0:
+        raise RunSetupError("replay.enabled needs loss.pairs.weight > 0 (the pairs channel is what the loop feeds)")
     rows = [{"prompt": [{"role": "user", "content": cfg.data.prompt}], "instance_id": iid}
             for iid in instance_ids] * cfg.data.repeat
     env_cls = make_environment_class(cfg.env.urls, cfg.env.client, reset_keys=cfg.env.reset_keys,
@@ -161,7 +159,7 @@ def train(cfg: RunConfig, resume: bool = False):
             callbacks.insert(0, held_out)  # its eval/* metrics join the step's record before it is written
         trainer = SweGRPOTrainer(
             model=model_path(cfg), processing_class=load_tokenizer(cfg), args=grpo,
-            train_dataset=Dataset.from_list(rows), environment_factory=env_cls, loss_config=loss_config,
+            train_dataset=Dataset.from_list(rows), environment_factory=env_cls, loss_settings=cfg.loss,
             callbacks=callbacks, peft_config=build_peft_config(cfg),
             live_replay=live, live_pairs=cfg.replay.enabled,
         )
@@ -185,10 +183,10 @@ def train(cfg: RunConfig, resume: bool = False):
         trainer.save_model(str(Path(grpo.output_dir) / "final"))
         if grpo.process_index == 0:
             name_the_base_model(Path(grpo.output_dir) / "README.md", model_path(cfg), Path(grpo.output_dir) / "final")
-        state = trainer._channel_state
-        if live is not None and state is not None:  # the pairs channel 3 trained on, with their provenance
+        pairs = (trainer._channels or {}).get("pairs")
+        if live is not None and pairs is not None:  # the pairs the pairs channel trained on, with their provenance
             with open(Path(grpo.output_dir) / "pairs.jsonl", "w", encoding="utf-8") as f:
-                f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in state.records)
+                f.writelines(r.model_dump_json() + "\n" for r in pairs.records)
         if cfg.output.rank_report:
             write_rank_report(trainer, env_cls.runtime.pool, Path(grpo.output_dir) / "ranks")
     finally:

@@ -41,11 +41,11 @@ from contract import SuspicionPolicy, SuspicionReason
 from env_client.urls import http_base
 from trainer_client.console import RunConsole, rollout_summary
 from trainer_client.distributed import gather_objects
-from trainer_client.losses.mixin import ThreeChannelLossMixin
+from trainer_client.losses.mixin import LossChannelsMixin
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CompactCpuScoringMixin", "ConcurrentToolsMixin", "SweGRPOTrainer", "ThreeChannelLossMixin"]
+__all__ = ["CompactCpuScoringMixin", "ConcurrentToolsMixin", "SweGRPOTrainer", "LossChannelsMixin"]
 
 #: error sources that are the policy's fault; env/infra failures never become error sites
 SCORED_ERROR_SOURCES = frozenset({"agent", None})
@@ -383,17 +383,18 @@ class CompactCpuScoringMixin:
             return super()._get_per_token_logps_and_entropies(model, input_ids, *args, **kwargs)  # type: ignore[misc]
 
 
-class SweGRPOTrainer(ThreeChannelLossMixin, CompactCpuScoringMixin, ConcurrentToolsMixin, GRPOTrainer):
-    """GRPO (channel 1) + loss channels 2/3 + concurrent tools + completion-only scoring on the CPU.
+class SweGRPOTrainer(LossChannelsMixin, CompactCpuScoringMixin, ConcurrentToolsMixin, GRPOTrainer):
+    """GRPO (channel 1) + the loss channels (hints, pairs) + concurrent tools + completion-only scoring on
+    the CPU.
 
-    `loss_config` (a trainer_client.losses LossConfig) configures channels 2/3.
+    `loss_settings` (the run config's `loss` section, a LossSettings) configures the channels.
     """
 
-    def __init__(self, *args: Any, loss_config: Any = None, live_replay: Any = None, live_pairs: bool = False,
+    def __init__(self, *args: Any, loss_settings: Any = None, live_replay: Any = None, live_pairs: bool = False,
                  **kwargs: Any):
         """`live_replay`: the main process's LiveReplay (None on the others); `live_pairs`: True on
-        every rank when the run feeds channel 3 from it."""
-        self.loss_config = loss_config
+        every rank when the run feeds the pairs channel from it."""
+        self.loss_settings = loss_settings
         self.live_replay, self.live_pairs = live_replay, live_pairs or live_replay is not None
         super().__init__(*args, **kwargs)
         model = args[0] if args else kwargs.get("model")

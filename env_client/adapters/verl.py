@@ -35,11 +35,11 @@ Tested with verl 0.9.1. Three parts:
       A = A_grpo + alpha * hint_mask * (hint_log_probs - old_log_probs) + beta * pair_scores
 
   (each term times `response_mask`). Channel 2 (hint-conditioned self-distillation,
-  trainer_client/losses/sdpo.py) counts the policy's own tokens from each rollout's first agent error
+  trainer_client/losses/hints_channel.py) counts the policy's own tokens from each rollout's first agent error
   site on, against the same model given the hint there: `hint_log_probs` are that teacher's
   log-probs of the sampled tokens, `hint_mask` marks the tokens after the first error (`error_site_mask`),
   and the term is the per-token reverse-KL signal on sampled tokens. Channel 3 (pair preference,
-  trainer_client/losses/pair_preference.py) prefers the teachers' action over the student's at the
+  trainer_client/losses/pairs_channel.py) prefers the teachers' action over the student's at the
   replayed states (`rejected` is the student's own action at step t): `pair_scores` are -1 on the
   tokens of the turn whose action a pair rejected (`pair_turn_scores`), the push-down half of DPO's
   gradient on the sampled action. The per-sample tensors come from the batch (`swe_hint_log_probs`,

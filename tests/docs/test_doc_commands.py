@@ -216,7 +216,7 @@ NOT_RUN = {
     ".venv/bin/trainer-client replay --env-url http://127.0.0.1:8000 --episode EPISODE_ID --teachers "
     "trainer_client/replay/teachers.default.yaml --out pairs.jsonl --max-usd 5": "paid teacher APIs over the network",
     ".venv/bin/trainer-client ablate --config trainer_client/configs/cpu_smoke.yaml --env-url http://127.0.0.1:8000 "
-    "--tasks data/tasks/tasks.jsonl --arms grpo,grpo+hints,grpo+replay,all --seeds 0,1,2 --max-steps 50 --out "
+    "--tasks data/tasks/tasks.jsonl --arms grpo,grpo+hints,grpo+pairs,all --seeds 0,1,2 --max-steps 50 --out "
     "runs/ablation --set 'replay.local_models=[\"ckpt-a\",\"ckpt-b\"]'":
         "hours of CPU training (12 runs; tests/trainer/test_ablate.py runs ablate)",
     "trainer-client ablate --config trainer_client/configs/cpu_smoke.yaml --env-url http://127.0.0.1:8000 --tasks "

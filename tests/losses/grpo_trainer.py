@@ -1,17 +1,17 @@
-"""A plain TRL GRPOTrainer with the three-channel loss, and a constant reward (loss tests only)."""
+"""A plain TRL GRPOTrainer with the loss channels, and a constant reward (loss tests only)."""
 
 from __future__ import annotations
 
 from trl import GRPOTrainer
 
-from trainer_client.losses import ThreeChannelLossMixin
+from trainer_client.losses import LossChannelsMixin
 
 
-class LossTrainer(ThreeChannelLossMixin, GRPOTrainer):
-    """GRPOTrainer + ThreeChannelLossMixin, configured by `loss_config`."""
+class LossTrainer(LossChannelsMixin, GRPOTrainer):
+    """GRPOTrainer + LossChannelsMixin, configured by `loss_settings`."""
 
-    def __init__(self, *args, loss_config=None, **kwargs):
-        self.loss_config = loss_config
+    def __init__(self, *args, loss_settings=None, **kwargs):
+        self.loss_settings = loss_settings
         super().__init__(*args, **kwargs)
 
 

@@ -1,4 +1,4 @@
-"""The four ablation arms (baseline, +SDPO, +replay, full) on SweGRPOTrainer's loss path.
+"""The four ablation arms (baseline, +hints, +pairs, full) on SweGRPOTrainer's loss path.
 
 Each arm takes two optimizer steps through the trainer's `_compute_loss` on a real rendered
 GRPO batch with error sites (rollouts come from the rollout side; here they are fixed), and
@@ -12,13 +12,13 @@ import torch
 from datasets import Dataset
 from trl import GRPOConfig
 
-from trainer_client.losses import LossConfig
 
+from .channels_util import loss_settings
 from .conftest import QWEN_VOCAB, tiny_qwen
 from .pairs_data import write_pairs
 from .rollouts import make_grpo_batch
 
-ARMS = {"baseline": (0.0, 0.0), "+sdpo": (0.1, 0.0), "+replay": (0.0, 0.05), "full": (0.1, 0.05)}
+ARMS = {"baseline": (0.0, 0.0), "+hints": (0.1, 0.0), "+pairs": (0.0, 0.05), "full": (0.1, 0.05)}
 
 
 @pytest.mark.slow
@@ -36,7 +36,7 @@ def test_four_arms_complete_and_log_all_components(tokenizer, tmp_path):
             model=model, reward_funcs=lambda completions, **k: [0.0] * len(completions), args=args,
             train_dataset=Dataset.from_list([{"prompt": [{"role": "user", "content": "hi"}]}] * 2),
             processing_class=tokenizer,
-            loss_config=LossConfig(alpha=alpha, beta=beta, pairs_path=str(pairs), pairs_per_step=2),
+            loss_settings=loss_settings({"weight": alpha}, {"weight": beta, "path": str(pairs), "per_step": 2}),
         )
         trainer.current_gradient_accumulation_steps = 1
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -48,10 +48,10 @@ def test_four_arms_complete_and_log_all_components(tokenizer, tmp_path):
             trainer.state.global_step += 1
         logged[arm] = {k: v for k, v in trainer._metrics["train"].items() if k.startswith("channels/")}
     for arm, m in logged.items():
-        for key in ("grpo", "sdpo", "replay", "total", "error_sites", "pairs"):
+        for key in ("grpo", "hints", "pairs", "total", "hints/sites", "pairs/used"):
             assert len(m[f"channels/{key}"]) == 2, (arm, key)
-    assert max(logged["baseline"]["channels/sdpo"] + logged["baseline"]["channels/replay"]) == 0.0
-    assert min(logged["+sdpo"]["channels/sdpo"]) > 0 and max(logged["+sdpo"]["channels/replay"]) == 0
-    assert min(logged["+replay"]["channels/replay"]) > 0 and max(logged["+replay"]["channels/sdpo"]) == 0
-    assert min(logged["full"]["channels/sdpo"]) > 0 and min(logged["full"]["channels/replay"]) > 0
-    assert logged["full"]["channels/pairs"] == [2.0, 2.0] and logged["full"]["channels/error_sites"] == [2.0, 2.0]
+    assert max(logged["baseline"]["channels/hints"] + logged["baseline"]["channels/pairs"]) == 0.0
+    assert min(logged["+hints"]["channels/hints"]) > 0 and max(logged["+hints"]["channels/pairs"]) == 0
+    assert min(logged["+pairs"]["channels/pairs"]) > 0 and max(logged["+pairs"]["channels/hints"]) == 0
+    assert min(logged["full"]["channels/hints"]) > 0 and min(logged["full"]["channels/pairs"]) > 0
+    assert logged["full"]["channels/pairs/used"] == [2.0, 2.0] and logged["full"]["channels/hints/sites"] == [2.0, 2.0]

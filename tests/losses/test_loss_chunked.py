@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer_client.losses import LossConfig
+from trainer_client.losses import HintsSettings
 from trainer_client.losses.chunked import divergence_from_hidden, per_token_divergence_from_hidden
 
 
@@ -17,7 +17,7 @@ def _inputs(n: int, h: int, v: int, seed: int = 0):
     return hs, ht, w
 
 
-def _value_and_grads(config: LossConfig, hs, ht, w):
+def _value_and_grads(config: HintsSettings, hs, ht, w):
     hs = hs.clone().requires_grad_(True)
     w = w.clone().requires_grad_(True)
     loss = divergence_from_hidden(hs, ht, w, config)
@@ -37,8 +37,8 @@ def _value_and_grads(config: LossConfig, hs, ht, w):
 )
 def test_native_chunked_equals_unchunked(kwargs):
     hs, ht, w = _inputs(n=50, h=32, v=3000)
-    full = _value_and_grads(LossConfig(chunk_size=0, chunk_backend="native", **kwargs), hs, ht, w)
-    chunked = _value_and_grads(LossConfig(chunk_size=16, chunk_backend="native", **kwargs), hs, ht, w)
+    full = _value_and_grads(HintsSettings(chunk_size=0, chunk_backend="native", **kwargs), hs, ht, w)
+    chunked = _value_and_grads(HintsSettings(chunk_size=16, chunk_backend="native", **kwargs), hs, ht, w)
     for a, b in zip(chunked, full):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
@@ -46,8 +46,8 @@ def test_native_chunked_equals_unchunked(kwargs):
 @pytest.mark.parametrize("beta", [0.0, 0.5, 1.0])
 def test_trl_backend_equals_native(beta):
     hs, ht, w = _inputs(n=40, h=32, v=3000, seed=1)
-    native = _value_and_grads(LossConfig(jsd_beta=beta, chunk_size=0, chunk_backend="native"), hs, ht, w)
-    trl = _value_and_grads(LossConfig(jsd_beta=beta, chunk_size=16, chunk_backend="trl"), hs, ht, w)
+    native = _value_and_grads(HintsSettings(jsd_beta=beta, chunk_size=0, chunk_backend="native"), hs, ht, w)
+    trl = _value_and_grads(HintsSettings(jsd_beta=beta, chunk_size=16, chunk_backend="trl"), hs, ht, w)
     for a, b in zip(trl, native):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
@@ -55,8 +55,8 @@ def test_trl_backend_equals_native(beta):
 def test_full_qwen_vocab_chunked_equals_unchunked():
     hs, ht, w = _inputs(n=24, h=64, v=151936, seed=2)
     cfg = dict(divergence="jsd", chunk_backend="native")
-    full = per_token_divergence_from_hidden(hs, ht, w, LossConfig(chunk_size=0, **cfg))
-    chunked = per_token_divergence_from_hidden(hs, ht, w, LossConfig(chunk_size=8, **cfg))
+    full = per_token_divergence_from_hidden(hs, ht, w, HintsSettings(chunk_size=0, **cfg))
+    chunked = per_token_divergence_from_hidden(hs, ht, w, HintsSettings(chunk_size=8, **cfg))
     torch.testing.assert_close(chunked, full, atol=1e-5, rtol=1e-5)
 
 
@@ -64,13 +64,13 @@ def test_teacher_hidden_gets_no_gradient():
     hs, ht, w = _inputs(n=20, h=16, v=500)
     ht.requires_grad_(True)
     hs.requires_grad_(True)
-    divergence_from_hidden(hs, ht, w, LossConfig(chunk_size=4, chunk_backend="native")).backward()
+    divergence_from_hidden(hs, ht, w, HintsSettings(chunk_size=4, chunk_backend="native")).backward()
     assert ht.grad is None and hs.grad is not None
 
 
 def test_empty_selection_is_zero_and_differentiable():
     hs, ht, w = _inputs(n=0, h=16, v=500)
     w.requires_grad_(True)
-    loss = divergence_from_hidden(hs, ht, w, LossConfig())
+    loss = divergence_from_hidden(hs, ht, w, HintsSettings())
     loss.backward()
     assert float(loss.detach()) == 0.0 and w.grad is not None

@@ -7,19 +7,19 @@ import torch
 
 from trainer_client.losses import (
     HintRenderer,
-    LossConfig,
-    ReferenceLogps,
+    HintsSettings,
     WeightSchedule,
     compute_channels,
     encode_pair,
+    hints_loss,
     load_hint_source,
     load_pairs,
-    pair_preference_loss,
+    pairs_loss,
     response_logps,
-    sdpo_loss,
 )
 from trainer_client.losses.pairs import collate_pairs
 
+from .channels_util import loss_settings, make_channels
 from .conftest import QWEN_VOCAB, tiny_qwen
 from .pairs_data import write_pairs
 from .rollouts import make_grpo_batch
@@ -31,39 +31,45 @@ def parts(tokenizer):
 
 
 @pytest.fixture
-def pairs(tokenizer, tmp_path):
-    return [encode_pair(tokenizer, p, i) for i, p in enumerate(load_pairs(write_pairs(tmp_path / "p.jsonl", 4)))]
+def records(tmp_path):
+    return load_pairs(write_pairs(tmp_path / "p.jsonl", 4))
 
 
-def _kw(parts, tokenizer):
-    return dict(hint_source=parts[0], renderer=parts[1], pad_token_id=tokenizer.pad_token_id)
+@pytest.fixture
+def pairs(tokenizer, records):
+    return [encode_pair(tokenizer, p, i) for i, p in enumerate(records)]
 
 
-def test_weights_zero_or_inputs_absent_leave_grpo_untouched(qwen_model, tokenizer, parts, pairs):
+def test_weights_zero_or_inputs_absent_leave_grpo_untouched(qwen_model, tokenizer, records):
     grpo = torch.tensor(1.2345, requires_grad=True)
     batch = make_grpo_batch(tokenizer, 2)
-    off = compute_channels(qwen_model, batch, LossConfig(alpha=0, beta=0), grpo_loss=grpo, pairs=pairs, **_kw(parts, tokenizer))
+    off = compute_channels(qwen_model, batch, make_channels(tokenizer, records=records), grpo_loss=grpo)
     assert off.total is grpo
-    no_inputs = compute_channels(qwen_model, make_grpo_batch(tokenizer, 2, with_sites=False), LossConfig(alpha=1, beta=1, pref_loss="simpo"), grpo_loss=grpo, pairs=[], **_kw(parts, tokenizer))
-    assert no_inputs.total is grpo and no_inputs.n_error_sites == 0 and no_inputs.n_pairs == 0
+    on = make_channels(tokenizer, {"weight": 1}, {"weight": 1, "loss": "simpo"})  # no pairs in the buffer
+    no_inputs = compute_channels(qwen_model, make_grpo_batch(tokenizer, 2, with_sites=False), on, grpo_loss=grpo)
+    assert no_inputs.total is grpo and no_inputs.counts["hints"]["sites"] == 0 and no_inputs.counts["pairs"]["used"] == 0
 
 
-def test_total_is_weighted_sum_scaled_for_accumulation(qwen_model, tokenizer, parts, pairs):
+def test_total_is_weighted_sum_scaled_for_accumulation(qwen_model, tokenizer, records):
     grpo = torch.tensor(0.5)
-    cfg = LossConfig(alpha=0.3, beta=0.2, pref_loss="simpo")
-    out = compute_channels(qwen_model, make_grpo_batch(tokenizer, 3), cfg, grpo_loss=grpo, pairs=pairs[:2], gradient_accumulation_steps=4, **_kw(parts, tokenizer))
-    assert out.n_error_sites == 3 and out.n_sdpo_tokens > 0 and out.n_pairs == 2
-    assert float(out.sdpo.detach()) > 0 and float(out.replay.detach()) > 0
-    expected = 0.5 + (0.3 * out.sdpo + 0.2 * out.replay) / 4
+    channels = make_channels(tokenizer, {"weight": 0.3}, {"weight": 0.2, "loss": "simpo", "per_step": 2},
+                             records=records)
+    out = compute_channels(qwen_model, make_grpo_batch(tokenizer, 3), channels, grpo_loss=grpo,
+                           gradient_accumulation_steps=4)
+    assert out.counts["hints"]["sites"] == 3 and out.counts["hints"]["tokens"] > 0 and out.counts["pairs"]["used"] == 2
+    assert float(out.losses["hints"].detach()) > 0 and float(out.losses["pairs"].detach()) > 0
+    expected = 0.5 + (0.3 * out.losses["hints"] + 0.2 * out.losses["pairs"]) / 4
     torch.testing.assert_close(out.total, expected)
     m = out.metrics()
-    assert {"channels/grpo", "channels/sdpo", "channels/replay", "channels/total", "channels/error_sites", "channels/pairs"} <= set(m)
+    assert {"channels/grpo", "channels/hints", "channels/pairs", "channels/total", "channels/hints/sites",
+            "channels/pairs/used", "channels/hints/weight", "channels/pairs/weight"} <= set(m)
+    assert m["channels/hints/weight"] == 0.3 and m["channels/pairs/weight"] == 0.2
 
 
 def test_warmup_schedule_scales_weights():
-    cfg = LossConfig(alpha=0.4, alpha_schedule=WeightSchedule("warmup", 10), beta=0.2)
-    assert [cfg.alpha_at(s) for s in (0, 5, 10, 50)] == [0.0, 0.2, 0.4, 0.4]
-    assert cfg.beta_at(0) == 0.2
+    cfg = loss_settings({"weight": 0.4, "schedule": WeightSchedule(kind="warmup", warmup_steps=10)}, {"weight": 0.2})
+    assert [cfg.hints.weight_at(s) for s in (0, 5, 10, 50)] == [0.0, 0.2, 0.4, 0.4]
+    assert cfg.pairs.weight_at(0) == 0.2
 
 
 def test_empty_hint_teacher_equals_student(qwen_model, tokenizer, parts):
@@ -75,38 +81,42 @@ def test_empty_hint_teacher_equals_student(qwen_model, tokenizer, parts):
 
     renderer = HintRenderer(tokenizer)
     renderer._cache[""] = []
-    out = sdpo_loss(qwen_model, make_grpo_batch(tokenizer, 2), LossConfig(), _NoHint(), renderer, pad_token_id=tokenizer.pad_token_id)
+    out = hints_loss(qwen_model, make_grpo_batch(tokenizer, 2), HintsSettings(), _NoHint(), renderer,
+                     pad_token_id=tokenizer.pad_token_id)
     assert out.n_tokens > 0 and float(out.loss.detach()) < 1e-6
 
 
 @pytest.mark.parametrize("divergence", ["jsd", "taid", "eaopd"])
-def test_sdpo_matches_full_logits_reference(qwen_model, tokenizer, parts, divergence):
+def test_hints_match_full_logits_reference(qwen_model, tokenizer, parts, divergence):
     """The chunked hidden-state path equals the naive full-logits computation on the real batch."""
     batch = make_grpo_batch(tokenizer, 2)
-    fast = sdpo_loss(qwen_model, batch, LossConfig(divergence=divergence, chunk_size=8), *parts, pad_token_id=tokenizer.pad_token_id)
-    naive = sdpo_loss(qwen_model, batch, LossConfig(divergence=divergence, chunk_size=0, chunk_backend="native"), *parts, pad_token_id=tokenizer.pad_token_id)
+    fast = hints_loss(qwen_model, batch, HintsSettings(divergence=divergence, chunk_size=8), *parts,
+                      pad_token_id=tokenizer.pad_token_id)
+    naive = hints_loss(qwen_model, batch, HintsSettings(divergence=divergence, chunk_size=0, chunk_backend="native"),
+                       *parts, pad_token_id=tokenizer.pad_token_id)
     torch.testing.assert_close(fast.loss, naive.loss, atol=1e-5, rtol=1e-5)
 
 
-def test_channel2_alone_reduces_masked_divergence(tokenizer, parts):
+def test_hints_alone_reduce_masked_divergence(tokenizer, parts):
     torch.manual_seed(0)
     model = tiny_qwen(QWEN_VOCAB, seed=1)
     batch = make_grpo_batch(tokenizer, 4)
-    cfg = LossConfig(alpha=1.0, beta=0.0)
+    channels = make_channels(tokenizer, {"weight": 1.0})
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     values = []
     for _ in range(6):
-        out = compute_channels(model, batch, cfg, **_kw(parts, tokenizer))
-        values.append(float(out.sdpo.detach()))
+        out = compute_channels(model, batch, channels)
+        values.append(float(out.losses["hints"].detach()))
         opt.zero_grad()
         out.total.backward()
         opt.step()
-    final = float(sdpo_loss(model, batch, cfg, *parts, pad_token_id=tokenizer.pad_token_id).loss.detach())
+    final = float(hints_loss(model, batch, channels["hints"].settings, *parts,
+                             pad_token_id=tokenizer.pad_token_id).loss.detach())
     assert final < 0.7 * values[0], (values, final)
 
 
-@pytest.mark.parametrize("pref_loss", ["dpo", "simpo"])
-def test_channel3_alone_raises_chosen_minus_rejected_margin(tokenizer, pairs, pref_loss):
+@pytest.mark.parametrize("loss", ["dpo", "simpo"])
+def test_pairs_alone_raise_chosen_minus_rejected_margin(tokenizer, records, pairs, loss):
     model = tiny_qwen(QWEN_VOCAB, seed=2)
     pad = tokenizer.pad_token_id
 
@@ -116,15 +126,17 @@ def test_channel3_alone_raises_chosen_minus_rejected_margin(tokenizer, pairs, pr
             s, _ = response_logps(model, ids, attn, resp)
         return float((s[: len(pairs)] - s[len(pairs):]).mean())
 
-    ref = ReferenceLogps()
-    ref.compute(model, pairs, pad_token_id=pad)
-    cfg = LossConfig(alpha=0.0, beta=1.0, pref_loss=pref_loss)
+    channels = make_channels(tokenizer, pairs={"weight": 1.0, "loss": loss, "per_step": 2}, records=records)
+    channels["pairs"].prepare(model)  # DPO: the reference log-probs of the initial policy
     start = margin()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     for step in range(4):
-        out = compute_channels(model, {}, cfg, pairs=pairs[step % 2 * 2 : step % 2 * 2 + 2], reference=ref, pad_token_id=pad)
+        out = compute_channels(model, {}, channels, step=step)
+        assert out.counts["pairs"]["used"] == 2
         opt.zero_grad()
         out.total.backward()
         opt.step()
     assert margin() > start + 1.0, (start, margin())
-    assert float(pair_preference_loss(model, pairs, cfg, reference=ref, pad_token_id=pad).loss.detach()) < float(out.replay.detach()) + 1e-3
+    reference = channels["pairs"].reference if loss == "dpo" else None
+    final = pairs_loss(model, pairs, channels["pairs"].settings, reference=reference, pad_token_id=pad)
+    assert float(final.loss.detach()) < float(out.losses["pairs"].detach()) + 1e-3

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from trl.experimental.gkd import GKDTrainer
 
 from trainer_client.losses import (
-    LossConfig,
+    HintsSettings,
     entropy_aware_opd,
     generalized_jsd,
     masked_mean,
@@ -118,16 +118,16 @@ def test_eaopd_weights_one_hot_and_uniform_teachers():
 def test_per_token_divergence_dispatches_on_config():
     s, t = _logits(0), _logits(1)
     torch.testing.assert_close(
-        per_token_divergence(s, t, LossConfig(divergence="jsd", jsd_beta=0.3)), generalized_jsd(s, t, beta=0.3)
+        per_token_divergence(s, t, HintsSettings(divergence="jsd", jsd_beta=0.3)), generalized_jsd(s, t, beta=0.3)
     )
     torch.testing.assert_close(
-        per_token_divergence(s, t, LossConfig(divergence="taid", taid_t=0.6)), taid_forward_kl(s, t, t=0.6)
+        per_token_divergence(s, t, HintsSettings(divergence="taid", taid_t=0.6)), taid_forward_kl(s, t, t=0.6)
     )
-    torch.testing.assert_close(per_token_divergence(s, t, LossConfig(divergence="eaopd")), entropy_aware_opd(s, t))
+    torch.testing.assert_close(per_token_divergence(s, t, HintsSettings(divergence="eaopd")), entropy_aware_opd(s, t))
 
 
 def test_teacher_never_gets_gradient():
     s, t = _logits(0).requires_grad_(True), _logits(1).requires_grad_(True)
     for div in ("jsd", "taid", "eaopd"):
-        per_token_divergence(s, t, LossConfig(divergence=div, taid_t=0.5)).sum().backward()
+        per_token_divergence(s, t, HintsSettings(divergence=div, taid_t=0.5)).sum().backward()
     assert t.grad is None and s.grad is not None

@@ -1,4 +1,4 @@
-"""ThreeChannelLossMixin on a real TRL GRPOTrainer (tiny Qwen2, real tokenizer, CPU)."""
+"""LossChannelsMixin on a real TRL GRPOTrainer (tiny Qwen2, real tokenizer, CPU)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import torch
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
-from trainer_client.losses import LossConfig
 
+from .channels_util import loss_settings
 from .conftest import QWEN_VOCAB, tiny_qwen
 from .grpo_trainer import LossTrainer as _Trainer
 from .grpo_trainer import zero_reward as _reward
@@ -33,38 +33,39 @@ def model():
 @pytest.mark.parametrize(
     "config,with_sites",
     [
-        (LossConfig(alpha=0.0, beta=0.0), True),  # weights zero
-        (LossConfig(alpha=0.5, beta=0.5, pref_loss="simpo"), False),  # no sites, no pairs
+        (loss_settings(), True),  # weights zero
+        (loss_settings({"weight": 0.5}, {"weight": 0.5, "loss": "simpo"}), False),  # no sites, no pairs
     ],
 )
 def test_total_equals_trl_grpo_loss_exactly(config, with_sites, model, tokenizer, tmp_path):
     batch = make_grpo_batch(tokenizer, 4, with_sites=with_sites)
     base = _make(GRPOTrainer, tokenizer, tmp_path / "a", model)
-    mixed = _make(_Trainer, tokenizer, tmp_path / "b", model, loss_config=config)
+    mixed = _make(_Trainer, tokenizer, tmp_path / "b", model, loss_settings=config)
     for t in (base, mixed):
         t.current_gradient_accumulation_steps = 2
     expected = base._compute_loss(model, batch)
     got = mixed._compute_loss(model, batch)
     assert torch.equal(got, expected)
     assert mixed._metrics["train"]["channels/total"] == [float(expected.detach())]
-    assert mixed._metrics["train"]["channels/sdpo"] == [0.0]
+    assert mixed._metrics["train"]["channels/hints"] == [0.0] and mixed._metrics["train"]["channels/pairs"] == [0.0]
 
 
 def test_channels_added_scaled_and_logged(model, tokenizer, tmp_path):
     pairs = write_pairs(tmp_path / "pairs.jsonl", 3)
-    cfg = LossConfig(alpha=0.5, beta=0.25, pref_loss="dpo", pairs_path=str(pairs), pairs_per_step=2)
+    cfg = loss_settings({"weight": 0.5}, {"weight": 0.25, "loss": "dpo", "path": str(pairs), "per_step": 2})
     batch = make_grpo_batch(tokenizer, 4)
     base = _make(GRPOTrainer, tokenizer, tmp_path / "a", model)
-    mixed = _make(_Trainer, tokenizer, tmp_path / "b", model, loss_config=cfg)
+    mixed = _make(_Trainer, tokenizer, tmp_path / "b", model, loss_settings=cfg)
     for t in (base, mixed):
         t.current_gradient_accumulation_steps = 2
     grpo = base._compute_loss(model, batch)
     total = mixed._compute_loss(model, batch)
     m = {k: v[-1] for k, v in mixed._metrics["train"].items() if k.startswith("channels/")}
-    assert m["channels/error_sites"] == 4 and m["channels/pairs"] == 2 and m["channels/sdpo_tokens"] > 0
-    assert m["channels/sdpo"] > 0 and m["channels/replay"] > 0
-    assert len(mixed._channel_state.reference) == 3  # DPO references cached once, at step 0
-    expected = float(grpo.detach()) + (0.5 * m["channels/sdpo"] + 0.25 * m["channels/replay"]) / 2
+    assert m["channels/hints/sites"] == 4 and m["channels/pairs/used"] == 2 and m["channels/hints/tokens"] > 0
+    assert m["channels/hints"] > 0 and m["channels/pairs"] > 0
+    assert m["channels/hints/weight"] == 0.5 and m["channels/pairs/weight"] == 0.25
+    assert len(mixed.loss_channels(model)["pairs"].reference) == 3  # DPO references cached once, at step 0
+    expected = float(grpo.detach()) + (0.5 * m["channels/hints"] + 0.25 * m["channels/pairs"]) / 2
     assert float(total.detach()) == pytest.approx(expected, rel=1e-5, abs=1e-6)
     assert m["channels/total"] == pytest.approx(float(total.detach()))
     total.backward()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from trainer_client.losses import ERROR_KINDS, ErrorSite, HintRenderer, TemplateHintSource, build_sdpo_batch, load_hint_source
-from trainer_client.losses.teacher_context import parse_error_sites
+from trainer_client.losses import ERROR_KINDS, ErrorSite, HintRenderer, TemplateHintSource, build_hint_batch, load_hint_source
+from trainer_client.losses.hint_context import parse_error_sites
 
 
 def test_fallback_chain_key_kind_default(tmp_path):
@@ -75,7 +75,7 @@ def test_teacher_sequence_and_positions(tokenizer):
         ],
         2,
     )
-    batch = build_sdpo_batch(prompt_ids, prompt_mask, completion_ids, completion_mask, sites, src, renderer, tool_mask=tool_mask, pad_token_id=tokenizer.pad_token_id)
+    batch = build_hint_batch(prompt_ids, prompt_mask, completion_ids, completion_mask, sites, src, renderer, tool_mask=tool_mask, pad_token_id=tokenizer.pad_token_id)
     assert batch is not None and batch.rows == [0, 1] and batch.n_sites == 2
     teacher_text = tokenizer.decode(batch.teacher_input_ids[0][batch.teacher_attention_mask[0].bool()])
     assert "command not found\n</tool_response><|im_end|>\n<|im_start|>user\nLLM says: fix command_not_found<|im_end|>\n<|im_start|>assistant\n<tool_call>" in teacher_text
@@ -94,5 +94,5 @@ def test_no_sites_or_out_of_range_gives_none(tokenizer):
     p, comp, tmask, s, _ = _rollout(tokenizer)
     args = (torch.tensor([p]), torch.ones(1, len(p), dtype=torch.long), torch.tensor([comp]), torch.ones(1, len(comp), dtype=torch.long))
     r, src = HintRenderer(tokenizer), load_hint_source()
-    assert build_sdpo_batch(*args, [[]], src, r) is None
-    assert build_sdpo_batch(*args, [[ErrorSite(1, "timeout", "shell.timeout", len(comp) + 5)]], src, r) is None
+    assert build_hint_batch(*args, [[]], src, r) is None
+    assert build_hint_batch(*args, [[ErrorSite(1, "timeout", "shell.timeout", len(comp) + 5)]], src, r) is None

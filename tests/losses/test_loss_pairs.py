@@ -6,13 +6,13 @@ import pytest
 import torch
 
 from trainer_client.losses import (
-    LossConfig,
     PairSampler,
+    PairsSettings,
     ReferenceLogps,
     collate_pairs,
     encode_pair,
     load_pairs,
-    pair_preference_loss,
+    pairs_loss,
     response_logps,
 )
 
@@ -22,8 +22,8 @@ from .pairs_data import write_pairs
 def test_load_and_render_pairs(tokenizer, tmp_path):
     pairs = load_pairs(write_pairs(tmp_path / "p.jsonl", 3))
     assert [p.state_id for p in pairs] == ["ep0:2", "ep1:2", "ep2:2"]
-    assert pairs[0].messages[2]["tool_calls"][0]["function"]["arguments"] == {"command": "ls"}
-    enc = encode_pair(tokenizer, pairs[0], 0)
+    assert pairs[0].chosen.tool_name == "view" and pairs[0].provenance.episode_id  # the one pair type, typed
+    enc = encode_pair(tokenizer, pairs[0], 0)  # tool-call arguments given as a JSON string render as an object
     prompt = tokenizer.decode(enc.prompt_ids)
     assert prompt.endswith("<|im_start|>assistant\n") and '"name": "view"' in prompt  # tools rendered
     assert tokenizer.decode(enc.chosen_ids) == '<tool_call>\n{"name": "view", "arguments": {"path": "module_0.py"}}\n</tool_call><|im_end|>\n'
@@ -64,7 +64,7 @@ def test_reference_cache_and_dpo_at_reference_is_log2(qwen_model, tokenizer, tmp
     with torch.no_grad():
         direct, _ = response_logps(qwen_model, ids, attn, resp)
     torch.testing.assert_close(ref.get(pairs[:1])[0], direct[:1])
-    out = pair_preference_loss(qwen_model, pairs, LossConfig(pref_loss="dpo"), reference=ref, pad_token_id=tokenizer.pad_token_id)
+    out = pairs_loss(qwen_model, pairs, PairsSettings(loss="dpo"), reference=ref, pad_token_id=tokenizer.pad_token_id)
     # the policy is the reference: every DPO logit is 0 -> loss log 2, margin 0
     torch.testing.assert_close(out.loss.detach(), torch.tensor(0.6931472), atol=1e-5, rtol=0)
     assert abs(out.margin) < 1e-4 and out.n_pairs == 3

@@ -1,4 +1,4 @@
-"""Channel 2 reading its student side from GRPO's own forward equals running the student again."""
+"""The hints channel reading its student side from GRPO's own forward equals running the student again."""
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ from trl import GRPOConfig
 
 from trainer_client.losses import (
     HintRenderer,
-    LossConfig,
-    build_sdpo_batch,
+    HintsSettings,
+    build_hint_batch,
+    hints_loss,
     load_hint_source,
-    sdpo_loss,
 )
 from trainer_client.losses.model_io import backbone_of, capture_final_hidden, final_hidden_states
-from trainer_client.losses.teacher_context import parse_error_sites
+from trainer_client.losses.hint_context import parse_error_sites
 
+from .channels_util import loss_settings
 from .conftest import QWEN_VOCAB, tiny_qwen
 from .grpo_trainer import LossTrainer as _Trainer
 from .grpo_trainer import zero_reward as _reward
@@ -31,7 +32,7 @@ def _trainer(tokenizer, tmp_path, model, cfg):
         per_device_train_batch_size=4, num_generations=4, max_completion_length=64, loss_type="dapo",
     )
     ds = Dataset.from_list([{"prompt": [{"role": "user", "content": "hi"}]}] * 4)
-    t = _Trainer(model=model, reward_funcs=_reward, args=args, train_dataset=ds, processing_class=tokenizer, loss_config=cfg)
+    t = _Trainer(model=model, reward_funcs=_reward, args=args, train_dataset=ds, processing_class=tokenizer, loss_settings=cfg)
     t.current_gradient_accumulation_steps = 2
     return t
 
@@ -45,8 +46,8 @@ def parts(tokenizer):
     return load_hint_source(), HintRenderer(tokenizer)
 
 
-def _sdpo_batch(tokenizer, parts, batch):
-    return build_sdpo_batch(
+def _hint_batch(tokenizer, parts, batch):
+    return build_hint_batch(
         batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"], batch["completion_mask"],
         parse_error_sites(batch["error_sites"], batch["completion_ids"].size(0)), *parts,
         tool_mask=batch["tool_mask"], pad_token_id=tokenizer.pad_token_id,
@@ -56,7 +57,7 @@ def _sdpo_batch(tokenizer, parts, batch):
 def test_context_positions_point_at_the_same_tokens(tokenizer, parts):
     """Each counted token is predicted at context_positions in the (prompt | completion) layout."""
     batch = make_grpo_batch(tokenizer, 4)  # prompts of different lengths: left padding
-    sb = _sdpo_batch(tokenizer, parts, batch)
+    sb = _hint_batch(tokenizer, parts, batch)
     assert sb is not None and sb.context_positions.numel() == sb.n_tokens
     context = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1).reshape(-1)
     student = sb.student_input_ids.reshape(-1)
@@ -66,11 +67,11 @@ def test_context_positions_point_at_the_same_tokens(tokenizer, parts):
 
 def test_sequences_stop_at_the_last_counted_token(tokenizer, parts):
     batch = make_grpo_batch(tokenizer, 2)
-    full = _sdpo_batch(tokenizer, parts, batch)
+    full = _hint_batch(tokenizer, parts, batch)
     cut = 5  # the last 5 generated tokens of row 0 become tool output: not counted, not needed
     n0 = int(batch["completion_mask"][0].sum())
     batch["tool_mask"][0, n0 - cut : n0] = 0
-    short = _sdpo_batch(tokenizer, parts, batch)
+    short = _hint_batch(tokenizer, parts, batch)
     lengths = lambda b: b.teacher_attention_mask.sum(1).tolist()  # noqa: E731
     assert lengths(short)[0] == lengths(full)[0] - cut and lengths(short)[1] == lengths(full)[1]
     assert short.student_attention_mask.sum(1).tolist()[0] == full.student_attention_mask.sum(1).tolist()[0] - cut
@@ -78,12 +79,12 @@ def test_sequences_stop_at_the_last_counted_token(tokenizer, parts):
 
 
 @pytest.mark.parametrize("divergence", ["jsd", "eaopd"])
-def test_sdpo_from_grpo_hidden_equals_own_student_forward(tokenizer, parts, divergence):
+def test_hints_from_grpo_hidden_equal_own_student_forward(tokenizer, parts, divergence):
     """Values and gradients of the reuse path equal the separate-forward reference within 1e-5."""
     model = tiny_qwen(QWEN_VOCAB, seed=5)
     batch = make_grpo_batch(tokenizer, 4)
-    cfg = LossConfig(divergence=divergence, chunk_size=16)
-    ref = sdpo_loss(model, batch, cfg, *parts, pad_token_id=tokenizer.pad_token_id)
+    cfg = HintsSettings(divergence=divergence, chunk_size=16)
+    ref = hints_loss(model, batch, cfg, *parts, pad_token_id=tokenizer.pad_token_id)
     ref.loss.backward()
     ref_grads = _grads(model)
     model.zero_grad()
@@ -91,7 +92,7 @@ def test_sdpo_from_grpo_hidden_equals_own_student_forward(tokenizer, parts, dive
     ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
     attn = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
     hidden = final_hidden_states(model, ids, attn)
-    fast = sdpo_loss(model, batch, cfg, *parts, pad_token_id=tokenizer.pad_token_id, student_hidden=hidden)
+    fast = hints_loss(model, batch, cfg, *parts, pad_token_id=tokenizer.pad_token_id, student_hidden=hidden)
     fast.loss.backward()
     assert fast.n_tokens == ref.n_tokens > 0 and fast.n_sites == ref.n_sites
     assert float(ref.loss.detach()) > 0
@@ -101,7 +102,7 @@ def test_sdpo_from_grpo_hidden_equals_own_student_forward(tokenizer, parts, dive
     for name, g in ref_grads.items():
         torch.testing.assert_close(got[name], g, **TOL, msg=lambda m: f"{name}: {m}")
     with pytest.raises(ValueError, match="student_hidden"):
-        sdpo_loss(model, batch, cfg, *parts, pad_token_id=tokenizer.pad_token_id, student_hidden=hidden[:, 1:])
+        hints_loss(model, batch, cfg, *parts, pad_token_id=tokenizer.pad_token_id, student_hidden=hidden[:, 1:])
 
 
 def test_trainer_reuses_grpo_forward_and_matches_reference(tokenizer, tmp_path):
@@ -115,7 +116,7 @@ def test_trainer_reuses_grpo_forward_and_matches_reference(tokenizer, tmp_path):
     results = {}
     try:
         for reuse in (False, True):
-            t = _trainer(tokenizer, tmp_path / str(reuse), model, LossConfig(alpha=0.5, beta=0.0, reuse_grpo_hidden=reuse))
+            t = _trainer(tokenizer, tmp_path / str(reuse), model, loss_settings({"weight": 0.5, "reuse_grpo_hidden": reuse}))
             calls.clear()
             total = t._compute_loss(model, batch)
             n_calls = len(calls)
@@ -128,8 +129,8 @@ def test_trainer_reuses_grpo_forward_and_matches_reference(tokenizer, tmp_path):
         counter.remove()
     (ref_total, ref_grads, ref_calls, ref_m), (total, grads, n_calls, m) = results[False], results[True]
     assert ref_calls == 3 and n_calls == 2  # GRPO + student + teacher  vs  GRPO + teacher
-    assert m["channels/sdpo_tokens"] == ref_m["channels/sdpo_tokens"] > 0 and ref_m["channels/sdpo"] > 0
-    assert m["channels/sdpo"] == pytest.approx(ref_m["channels/sdpo"], rel=1e-5, abs=1e-6)
+    assert m["channels/hints/tokens"] == ref_m["channels/hints/tokens"] > 0 and ref_m["channels/hints"] > 0
+    assert m["channels/hints"] == pytest.approx(ref_m["channels/hints"], rel=1e-5, abs=1e-6)
     assert m["channels/grpo"] == ref_m["channels/grpo"]
     torch.testing.assert_close(total, ref_total, **TOL)
     assert set(grads) == set(ref_grads)

@@ -4,24 +4,28 @@ from __future__ import annotations
 
 import pytest
 
-from trainer_client.losses import LossConfig, TAIDScheduler, ThreeChannelLossMixin
+from trainer_client.losses import LossChannelsMixin, LossSettings, TAIDScheduler
 
 
 @pytest.mark.parametrize(
     "bad",
     [
-        dict(alpha=-1.0),
-        dict(jsd_beta=1.5),
-        dict(divergence="kl"),
-        dict(taid_adaptive=True),
-        dict(chunk_backend="trl", token_clip=1.0),
-        dict(pref_loss="ipo"),
-        dict(temperature=0.0),
+        dict(hints=dict(weight=-1.0)),
+        dict(hints=dict(jsd_beta=1.5)),
+        dict(hints=dict(divergence="kl")),
+        dict(hints=dict(taid_adaptive=True)),
+        dict(hints=dict(chunk_backend="trl", token_clip=1.0)),
+        dict(pairs=dict(loss="ipo")),
+        dict(hints=dict(temperature=0.0)),
+        dict(pairs=dict(per_step=0)),
+        dict(hints=dict(schedule=dict(kind="cosine"))),
     ],
 )
 def test_config_rejects_invalid_values(bad):
-    with pytest.raises(ValueError):
-        LossConfig(**bad)
+    with pytest.raises(ValueError) as err:
+        LossSettings.model_validate(bad)
+    channel, = bad
+    assert f"loss.{channel}" in str(err.value)  # the message names the channel's section
 
 
 def test_taid_scheduler_linear_and_adaptive():
@@ -40,5 +44,5 @@ def test_swe_trainer_uses_this_mixin():
     from trainer_client import trainer as trainer_mod
 
     cls = trainer_mod.SweGRPOTrainer
-    assert issubclass(cls, ThreeChannelLossMixin)
-    assert cls._compute_loss is ThreeChannelLossMixin._compute_loss
+    assert issubclass(cls, LossChannelsMixin)
+    assert cls._compute_loss is LossChannelsMixin._compute_loss

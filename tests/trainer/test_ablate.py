@@ -45,12 +45,12 @@ def _csv(path: Path) -> list[dict[str, str]]:
 # ------------------------------------------------------------------------------------- aggregate + report (synthetic)
 def test_table_numbers_match_hand_computation(tmp_path):
     out = tmp_path / "abl"
-    _write_run(out / "grpo/seed0", [0.0, 0.5, 0.5, 1.0], [0.0, 0.5, 0.5, 1.0], **{"channels/alpha": 0.0})
-    _write_run(out / "grpo/seed1", [0.0, 0.0, 0.5, 0.5], [0.0, 0.0, 0.0, 0.5], **{"channels/alpha": 0.0})
+    _write_run(out / "grpo/seed0", [0.0, 0.5, 0.5, 1.0], [0.0, 0.5, 0.5, 1.0], **{"channels/hints/weight": 0.0})
+    _write_run(out / "grpo/seed1", [0.0, 0.0, 0.5, 0.5], [0.0, 0.0, 0.0, 0.5], **{"channels/hints/weight": 0.0})
     _write_run(out / "grpo+hints/seed0", [0.5, 0.5, 1.0, 1.0], [0.5, 0.5, 1.0, 1.0],
-               **{"channels/alpha": 0.1, "channels/sdpo_tokens": 3.0})
+               **{"channels/hints/weight": 0.1, "channels/hints/tokens": 3.0})
     _write_run(out / "grpo+hints/seed1", [0.0, 0.5, 0.5, 0.5], [0.0, 0.5, 0.5, 0.5],
-               **{"channels/alpha": 0.1, "channels/sdpo_tokens": 1.0})
+               **{"channels/hints/weight": 0.1, "channels/hints/tokens": 1.0})
     runs = [read_run(out / arm / f"seed{s}", arm, s, max_steps=4) for arm in ("grpo", "grpo+hints") for s in (0, 1)]
     assert [r.status for r in runs] == ["ok"] * 4
     summaries = aggregate(runs, window=2)
@@ -69,8 +69,8 @@ def test_table_numbers_match_hand_computation(tmp_path):
     step2 = grpo.curve[1]
     assert step2["step"] == 2 and step2["reward"].mean == 0.25 and (step2["reward"].min, step2["reward"].max) == (0, 0.5)
     # channels: the weight is a mean over steps, the counts a sum over the run, then the mean over seeds
-    assert grpo.channels["channels/alpha"] == 0.0 and hints.channels["channels/alpha"] == pytest.approx(0.1)
-    assert hints.channels["channels/sdpo_tokens"] == pytest.approx((4 * 3.0 + 4 * 1.0) / 2)
+    assert grpo.channels["channels/hints/weight"] == 0.0 and hints.channels["channels/hints/weight"] == pytest.approx(0.1)
+    assert hints.channels["channels/hints/tokens"] == pytest.approx((4 * 3.0 + 4 * 1.0) / 2)
 
     paths = write_report(out, runs, summaries, {"config": "c.yaml"}, window=2)
     assert set(paths) == {"md", "arms_csv", "runs_csv", "curves_csv", "json", "png"}
@@ -165,7 +165,7 @@ with open(out / "metrics.jsonl", "a") as m:
     for step in range(1, steps + 1):
         reward = 0.25 * seed + 0.1 * step
         m.write(json.dumps({"step": step, "reward": reward, "env/pass_rate": reward,
-                            "channels/alpha": float(sets["loss.alpha"]), "channels/beta": float(sets["loss.beta"]),
+                            "channels/hints/weight": float(sets["loss.hints.weight"]), "channels/pairs/weight": float(sets["loss.pairs.weight"]),
                             **({"replay/spent_usd": 0.5 * step} if sets["replay.enabled"] == "true" else {})}) + "\\n")
         print(f"[step {step}] reward={reward}", flush=True)
         if how == "raise" and step == 1:
@@ -201,7 +201,7 @@ def test_crashes_are_isolated_and_a_rerun_only_redoes_what_did_not_finish(fake_t
     assert rc == 1
     assert [c["run"] for c in calls] == ["grpo/seed0", "grpo+hints/seed0", "grpo/seed1", "grpo+hints/seed1"]
     # the arm's and the seed's settings reach `train`, after the user's
-    assert {c["run"]: (c["sets"]["loss.alpha"], c["sets"]["loss.beta"], c["sets"]["replay.enabled"], c["sets"]["grpo.seed"])
+    assert {c["run"]: (c["sets"]["loss.hints.weight"], c["sets"]["loss.pairs.weight"], c["sets"]["replay.enabled"], c["sets"]["grpo.seed"])
             for c in calls} == {"grpo/seed0": ("0.0", "0.0", "false", "0"), "grpo+hints/seed0": ("0.1", "0.0", "false", "0"),
                                 "grpo/seed1": ("0.0", "0.0", "false", "1"), "grpo+hints/seed1": ("0.1", "0.0", "false", "1")}
     report = json.loads((out / "ablation.json").read_text())
@@ -215,7 +215,7 @@ def test_crashes_are_isolated_and_a_rerun_only_redoes_what_did_not_finish(fake_t
     assert "failed: grpo+hints seed 0: exited with 1: RuntimeError: fake crash at step 1" in text
     assert "| grpo | 1/2 | 0.300 [0.300, 0.300] |" in text  # the end summary: the arm table
     record = json.loads((out / "grpo+hints/seed0" / RUN_RECORD).read_text())
-    assert record["status"] == "failed" and record["config"]["loss"]["alpha"] == 0.1
+    assert record["status"] == "failed" and record["config"]["loss"]["hints"]["weight"] == 0.1
     assert record["config"]["grpo"]["seed"] == 0 and record["config"]["grpo"]["max_steps"] == 3
 
     rc, calls = fake_train(out, "--arms", "grpo,grpo+hints", "--seeds", "0,1")  # resume: the two failed runs only
@@ -231,32 +231,32 @@ def test_crashes_are_isolated_and_a_rerun_only_redoes_what_did_not_finish(fake_t
     assert rc == 0 and [c["run"] for c in calls] == ["grpo/seed1"]
 
 
-def test_replay_arm_without_teachers_fails_up_front(fake_train, tmp_path, capsys):
+def test_pairs_arm_without_teachers_fails_up_front(fake_train, tmp_path, capsys):
     out = tmp_path / "abl"
-    rc, calls = fake_train(out, "--arms", "grpo,grpo+replay,all", "--seeds", "0")
+    rc, calls = fake_train(out, "--arms", "grpo,grpo+pairs,all", "--seeds", "0")
     assert rc == 1 and [c["run"] for c in calls] == ["grpo/seed0"]  # neither replay arm ran as plain GRPO
     text = capsys.readouterr().out
-    assert "grpo+replay seed 0: FAILED: arm grpo+replay: needs replay teachers" in text
+    assert "grpo+pairs seed 0: FAILED: arm grpo+pairs: needs replay teachers" in text
     report = json.loads((out / "ablation.json").read_text())
-    assert [(r["arm"], r["status"]) for r in report["runs"]] == [("grpo", "ok"), ("grpo+replay", "failed"),
+    assert [(r["arm"], r["status"]) for r in report["runs"]] == [("grpo", "ok"), ("grpo+pairs", "failed"),
                                                                  ("all", "failed")]
     assert "replay.teachers" in report["runs"][1]["error"]
 
     teachers = tmp_path / "teachers.yaml"
     teachers.write_text("teachers: []\n")
-    rc, calls = fake_train(out, "--arms", "grpo,grpo+replay,all", "--seeds", "0", "--max-usd", "2.5",
-                           "--set", f"replay.teachers={teachers}", "--set", "loss.alpha=0.3")
-    assert rc == 0 and [c["run"] for c in calls] == ["grpo+replay/seed0", "all/seed0"]
+    rc, calls = fake_train(out, "--arms", "grpo,grpo+pairs,all", "--seeds", "0", "--max-usd", "2.5",
+                           "--set", f"replay.teachers={teachers}", "--set", "loss.hints.weight=0.3")
+    assert rc == 0 and [c["run"] for c in calls] == ["grpo+pairs/seed0", "all/seed0"]
     assert ("grpo seed 0: finished earlier, kept; WARNING: its settings differ from this invocation's: "
             "replay.max_total_usd") in capsys.readouterr().out  # kept: --force would rerun it
     sets = {c["run"]: c["sets"] for c in calls}
-    assert (sets["grpo+replay/seed0"]["loss.alpha"], sets["grpo+replay/seed0"]["loss.beta"]) == ("0.0", "0.05")
-    assert (sets["all/seed0"]["loss.alpha"], sets["all/seed0"]["replay.enabled"]) == ("0.3", "true")
+    assert (sets["grpo+pairs/seed0"]["loss.hints.weight"], sets["grpo+pairs/seed0"]["loss.pairs.weight"]) == ("0.0", "0.05")
+    assert (sets["all/seed0"]["loss.hints.weight"], sets["all/seed0"]["replay.enabled"]) == ("0.3", "true")
     assert sets["all/seed0"]["replay.max_total_usd"] == "2.5"
     spend = {r["arm"]: r["spend_usd_per_run"] for r in _csv(out / "arms.csv")}
-    assert spend == {"grpo": "", "grpo+replay": "1.5", "all": "1.5"}  # the loop's spend at the last step
-    # the trainer logged no pairs: the report says the replay arms measured no replay
-    assert "channel 3 received no pairs" in (out / "ablation.md").read_text()
+    assert spend == {"grpo": "", "grpo+pairs": "1.5", "all": "1.5"}  # the loop's spend at the last step
+    # the trainer logged no pairs: the report says the pairs arms measured no pairs
+    assert "channel pairs had no inputs (used) in any finished run: this arm measured no pairs" in (out / "ablation.md").read_text()
 
 
 def test_bad_arguments(tmp_path, capsys):
@@ -314,11 +314,11 @@ def test_ablate_end_to_end_on_the_cpu(real_env_url, small_pack_file, tmp_path, c
         for seed in (0, 1):
             run_dir = out / arm / f"seed{seed}"
             cfg = json.loads((run_dir / RUN_RECORD).read_text())["config"]
-            assert (cfg["loss"]["alpha"], cfg["loss"]["beta"], cfg["replay"]["enabled"]) == (alpha, 0.0, False)
+            assert (cfg["loss"]["hints"]["weight"], cfg["loss"]["pairs"]["weight"], cfg["replay"]["enabled"]) == (alpha, 0.0, False)
             assert cfg["grpo"]["seed"] == seed and cfg["grpo"]["output_dir"] == str(run_dir)
             steps = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
-            # ... in the trainer's own loss: channel 2's weight as the trainer applied it at every step
-            assert [s["channels/alpha"] for s in steps if "reward" in s] == [pytest.approx(alpha)] * 2
+            # ... in the trainer's own loss: the hints channel's weight as the trainer applied it at every step
+            assert [s["channels/hints/weight"] for s in steps if "reward" in s] == [pytest.approx(alpha)] * 2
         first = [next(r for r in map(json.loads, (out / arm / f"seed{s}/metrics.jsonl").read_text().splitlines())
                       if "reward" in r) for s in (0, 1)]  # the first training step (the held-out baseline precedes it)
         assert first[0]["entropy"] != first[1]["entropy"]  # the seed reached the sampler: other rollouts

@@ -139,8 +139,8 @@ def test_one_step_train_with_lora_channels_tensorboard_and_capacity_wait(server_
     cfg = load_config(SMOKE, [
         f"env.urls=[{url}]", f"data.instance_ids=[{iid}]", f"grpo.output_dir={out}", "grpo.max_steps=1",
         "grpo.max_completion_length=32", "grpo.save_strategy='no'", "grpo.report_to=[tensorboard]",
-        "peft.r=4", "peft.alpha=8", f"loss.pairs_path={pairs}", "loss.alpha=0.1", "loss.beta=0.05",
-        "loss.pairs_per_step=1", "env.client.capacity_wait_s=300", "env.client.capacity_poll_s=0.2",
+        "peft.r=4", "peft.alpha=8", f"loss.pairs.path={pairs}", "loss.hints.weight=0.1", "loss.pairs.weight=0.05",
+        "loss.pairs.per_step=1", "env.client.capacity_wait_s=300", "env.client.capacity_poll_s=0.2",
         "output.plot=false",
     ])
     try:
@@ -156,9 +156,9 @@ def test_one_step_train_with_lora_channels_tensorboard_and_capacity_wait(server_
     step = next(r for r in rows if "reward" in r)
     assert step["env/capacity_waits"] >= 1 and step["env/capacity_wait_s"] > 0
     assert step["env/infra_failures"] == 0
-    for key in ("channels/grpo", "channels/replay", "channels/sdpo", "channels/total", "loss"):
+    for key in ("channels/grpo", "channels/pairs", "channels/hints", "channels/total", "loss"):
         assert key in step and step[key] == step[key], key  # present and finite (the JSONL keeps finite numbers)
-    assert step["channels/pairs"] == 1
+    assert step["channels/pairs/used"] == 1
 
     # LoRA: the base weights are the tiny model's, untouched; the adapters moved
     base = load_file(str(tiny_qwen_dir() / "model.safetensors"))

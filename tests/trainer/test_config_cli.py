@@ -48,6 +48,29 @@ def test_unknown_keys_are_rejected(tmp_path):
         build_grpo_config(typo)
 
 
+def test_values_of_the_wrong_type_are_one_line_naming_the_key(capsys):
+    """The grpo section is checked against the types of TRL's GRPOConfig fields; the loss section is the
+    channels' typed settings; each wrong value is one line naming its key, on the command."""
+    bad = load_config(CONFIGS / "cpu_smoke.yaml", ["grpo.learning_rate=fast", "grpo.max_steps=2.5"])
+    with pytest.raises(ValueError) as err:
+        build_grpo_config(bad)
+    assert str(err.value).startswith("invalid config: ") and "\n" not in str(err.value)
+    assert sorted(str(err.value).removeprefix("invalid config: ").split("; ")) == [
+        "grpo.learning_rate: Input should be a valid number, unable to parse string as a number (got 'fast')",
+        "grpo.max_steps: Input should be a valid integer, got a number with a fractional part (got 2.5)"]
+    ok = build_grpo_config(load_config(CONFIGS / "cpu_smoke.yaml", ["grpo.learning_rate=1e-5", 'grpo.save_strategy="no"']))
+    assert ok.learning_rate == 1e-5 and ok.save_strategy == "no"
+    base = ["train", "--config", str(CONFIGS / "cpu_smoke.yaml"), "--set", "data.instance_ids=[t]", "--dry-run"]
+    for setting, line in (("grpo.learning_rate=fast", "grpo.learning_rate: Input should be a valid number"),
+                          ("loss.alpha=0.3", "invalid config: loss.alpha: moved to loss.hints.weight"),
+                          ("loss.hints.wieght=1", "loss.hints.wieght: not a setting (did you mean loss.hints.weight?)"),
+                          ("loss.pairs.loss=ipo", "loss.pairs.loss: Input should be 'dpo' or 'simpo'"),
+                          ("max_steps=2", "max_steps: not a setting (did you mean grpo.max_steps?)")):
+        assert main([*base, "--set", setting]) != 0
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and line in err[0], (setting, err)
+
+
 def test_help_lists_train_and_replay(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])

@@ -44,16 +44,16 @@ def run_config(server, small_pack_file, toolcaller, out: Path, teachers: Path, s
         f"model.name_or_path={toolcaller[0]}", f"env.urls=[\"{server}\"]", f"data.tasks={small_pack_file}",
         f"grpo.output_dir={out}", f"grpo.max_steps={steps}", "grpo.save_steps=2", "grpo.save_total_limit=2",
         "grpo.max_completion_length=192", "grpo.per_device_train_batch_size=2", "grpo.num_generations=2",
-        "loss.beta=0.5", "loss.pairs_per_step=2", "output.plot=false",
+        "loss.pairs.weight=0.5", "loss.pairs.per_step=2", "output.plot=false",
         "replay.enabled=true", f"replay.teachers={teachers}", "replay.min_agreeing=1",
     ])
     cfg.data.prompt, cfg.data.instance_ids = tc.FIX_PROMPT, [tc.FIX_INSTANCE]
     return cfg
 
 
-def test_train_with_the_loop_on_feeds_channel3_and_resume_restores_it(server, small_pack_file, toolcaller,
+def test_train_with_the_loop_on_feeds_the_pairs_channel_and_resume_restores_it(server, small_pack_file, toolcaller,
                                                                       tmp_path):
-    from trainer_client.losses.pair_preference import ReferenceLogps
+    from trainer_client.losses.pairs_channel import ReferenceLogps
     from trainer_client.run import train
     from trainer_client.trainer import load_initial_policy
 
@@ -64,27 +64,28 @@ def test_train_with_the_loop_on_feeds_channel3_and_resume_restores_it(server, sm
             {"name": "double", "model": "double", "base_url": fake.base_url, "price_in": 0, "price_out": 0}]}))
         trainer = train(run_config(server, small_pack_file, toolcaller, out, teachers, steps=4))
         rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
-        steps = [r for r in rows if "channels/pairs" in r]
+        steps = [r for r in rows if "channels/pairs/used" in r]
         assert len(steps) == 4
-        assert steps[0]["channels/pair_buffer"] == 0  # nothing replayed before the first rollouts ended
-        assert any(r["channels/pairs"] > 0 and r["channels/replay"] != 0 for r in steps), steps
+        assert steps[0]["channels/pairs/buffer"] == 0  # nothing replayed before the first rollouts ended
+        assert any(r["channels/pairs/used"] > 0 and r["channels/pairs"] != 0 for r in steps), steps
         assert steps[-1]["replay/pairs_mined"] > 0 and fake.bodies()
-        state = trainer._channel_state
-        sources = {(r["provenance"]["source"], r["provenance"]["train_step"] is not None) for r in state.records}
+        state = trainer.loss_channels(trainer.model)["pairs"]
+        sources = {(r.provenance.source, r.provenance.train_step is not None) for r in state.records}
         assert sources == {("live", True)}
 
         # the checkpoint at step 2 holds the loss state; resuming from it restores that state exactly
         saved = torch.load(out / "checkpoint-2" / "channels.pt", weights_only=False)
-        assert saved["loss"]["records"], "pairs had reached the buffer by step 2"
+        assert saved["loss"]["pairs"]["records"], "pairs had reached the buffer by step 2"
         shutil.rmtree(out / "checkpoint-4")  # resume from step 2 (the last checkpoint left)
         resumed = train(run_config(server, small_pack_file, toolcaller, out, teachers, steps=4), resume=True)
     # resuming at step 2 of 4 restored the buffer, the sampler and the references before any new pair
-    restored = resumed._resumed_channels["loss"]
-    assert restored["records"] == saved["loss"]["records"]
-    after = resumed._channel_state
-    n = len(saved["loss"]["records"])
-    assert after.records[:n] == saved["loss"]["records"]
-    assert {i: after.reference.state_dict()[i] for i in range(n)} == saved["loss"]["reference"]
+    saved_pairs = saved["loss"]["pairs"]
+    restored = resumed._resumed_channels["loss"]["pairs"]
+    assert restored["records"] == saved_pairs["records"]
+    after = resumed.loss_channels(resumed.model)["pairs"]
+    n = len(saved_pairs["records"])
+    assert [r.model_dump(mode="json") for r in after.records[:n]] == saved_pairs["records"]
+    assert {i: after.reference.state_dict()[i] for i in range(n)} == saved_pairs["reference"]
     # ... and they are the initial policy's values, not the step-2 policy's (no re-basing)
     initial = ReferenceLogps()
     initial.compute(load_initial_policy(str(toolcaller[0]), resumed.model), after.pairs[:n])
@@ -92,6 +93,6 @@ def test_train_with_the_loop_on_feeds_channel3_and_resume_restores_it(server, sm
     step2 = load_initial_policy(str(out / "checkpoint-2"), resumed.model)
     at_step2.compute(step2, after.pairs[:n])
     for i in range(n):
-        assert initial.state_dict()[i] == pytest.approx(saved["loss"]["reference"][i], abs=1e-4)
-    assert any(at_step2.state_dict()[i] != pytest.approx(saved["loss"]["reference"][i], abs=1e-4)
+        assert initial.state_dict()[i] == pytest.approx(saved_pairs["reference"][i], abs=1e-4)
+    assert any(at_step2.state_dict()[i] != pytest.approx(saved_pairs["reference"][i], abs=1e-4)
                for i in range(n))

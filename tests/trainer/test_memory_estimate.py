@@ -114,7 +114,7 @@ def test_dry_run_refuses_a_config_that_does_not_fit(capsys):
     assert "verdict: fits" in out and "frozen weights (bf16)" in out and "vLLM colocated share" in out
     assert main(base + ["--set", "peft=null"]) == 1  # the old gpu_qwen: 7B full fine-tune on one GPU
     captured = capsys.readouterr()
-    assert "DOES NOT FIT: peak 184.50 GB > 80 GB" in captured.out and "does not fit" in captured.err
+    assert "DOES NOT FIT: peak 192.90 GB > 80 GB" in captured.out and "does not fit" in captured.err
     assert main(base + ["--device-memory-gb", "40"]) == 1  # LoRA on a 40 GB card: vLLM's 14 GB cannot hold 15.2 GB
     assert "cannot hold its bf16 weights" in capsys.readouterr().out
     fsdp = ["train", "--config", str(CONFIGS / "gpu_7b_fsdp8.yaml"), "--dry-run", "--set", "data.instance_ids=[t]"]
@@ -128,6 +128,6 @@ def test_live_replay_with_dpo_counts_the_initial_weights_unless_peft_or_simpo():
     live = ["replay.enabled=true", "replay.teachers=teachers.yaml"]
     with_ref = estimate_for_config(load_config(cfgs / "gpu_7b_fsdp8.yaml", live))
     assert with_ref.phase_gb("train") - base.phase_gb("train") == pytest.approx(with_ref.facts.num_params * 2 / GB)
-    simpo = estimate_for_config(load_config(cfgs / "gpu_7b_fsdp8.yaml", [*live, "loss.pref_loss=simpo"]))
+    simpo = estimate_for_config(load_config(cfgs / "gpu_7b_fsdp8.yaml", [*live, "loss.pairs.loss=simpo"]))
     lora = estimate_for_config(load_config(cfgs / "gpu_qwen.yaml", live))
     assert not any("DPO reference" in r.name for r in simpo.rows + lora.rows)

@@ -20,7 +20,7 @@ def test_plot_is_a_grid_of_the_headline_and_channel_curves(tmp_path):
 
     from trainer_client.metrics import plot_metrics
 
-    keys = ["reward", "reward_std", "loss", "tools/call_frequency", "channels/grpo", "channels/sdpo",
+    keys = ["reward", "reward_std", "loss", "tools/call_frequency", "channels/grpo", "channels/hints",
             "env/errors/timeout"]
     rows = [{"step": s, **{k: float(s * (i + 1)) for i, k in enumerate(keys)}, "learning_rate": 1e-6}
             for s in range(1, 6)]
@@ -62,9 +62,9 @@ def test_plot_draws_only_measured_values_and_the_channels_together(tmp_path, mon
     from trainer_client.metrics import plot_metrics
 
     seen = _axes(monkeypatch)
-    rows = [{"step": s, "reward": s / 4, "loss": 0.1 * s, "channels/grpo": 0.1 * s, "channels/sdpo": 0.0,
-             "channels/replay": 0.5 if s > 1 else 0.0, "channels/total": 0.1 * s, "channels/alpha": 0.1,
-             "env/infra_failures": 0.0, "channels/error_sites": float(s % 2), "channels/pairs": float(s > 1)}
+    rows = [{"step": s, "reward": s / 4, "loss": 0.1 * s, "channels/grpo": 0.1 * s, "channels/hints": 0.0,
+             "channels/pairs": 0.5 if s > 1 else 0.0, "channels/total": 0.1 * s, "channels/hints/weight": 0.1,
+             "env/infra_failures": 0.0, "channels/hints/sites": float(s % 2), "channels/pairs/used": float(s > 1)}
             for s in range(1, 5)]
     rows[1]["eval/resolved_rate"] = 0.0  # measured at steps 0 and 2 only
     rows.insert(0, {"step": 0, "eval/resolved_rate": 0.5})
@@ -86,8 +86,8 @@ def test_plot_draws_only_measured_values_and_the_channels_together(tmp_path, mon
     xs, ys = seen["eval/resolved_rate"][0]
     assert ys[0] == 0.5 and ys[2] == 0.0 and all(math.isnan(y) for y in (ys[1], ys[3], ys[4]))
     # constant metrics get no panel: the footnote names them with their value
-    assert "env/infra_failures" not in seen and "channels/alpha" not in seen
-    assert any("env/infra_failures=0" in t and "channels/alpha=0.1" in t for t in seen["_texts"]), seen["_texts"]
+    assert "env/infra_failures" not in seen and "channels/hints/weight" not in seen
+    assert any("env/infra_failures=0" in t and "channels/hints/weight=0.1" in t for t in seen["_texts"]), seen["_texts"]
 
 
 def test_plot_with_nothing_to_plot_returns_none(tmp_path):
@@ -131,13 +131,13 @@ def test_the_step_table_has_a_column_per_channel_and_input(tmp_path, capsys):
     cb = MetricsCallback(tmp_path / "m.jsonl")
     cb.on_train_begin(None, _state(0), None)
     step = {"loss": 0.4, "reward": 0.75, "env/pass_rate": 0.5, "env/reward_hacking": 0.0, "channels/grpo": 0.25,
-            "channels/sdpo": 0.125, "channels/error_sites": 2.0, "channels/replay": 0.5, "channels/pairs": 1.0,
+            "channels/hints": 0.125, "channels/hints/sites": 2.0, "channels/pairs": 0.5, "channels/pairs/used": 1.0,
             "replay/pairs_mined": 3.0, "channels/total": 0.4, "env/errors/file_not_found": 0.5}
     cb.on_log(None, _state(1), None, logs=step)
     cb.on_log(None, _state(2), None, logs={**step, "reward": 1.0})
     cb.on_log(None, _state(2), None, logs={"eval/resolved_rate": 0.5})  # no reward: no row
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["step", "reward", "pass", "hacked", "grpo", "hints", "sites", "dpo", "pairs",
+    assert lines[0].split() == ["step", "reward", "pass", "hacked", "grpo", "hints", "sites", "pairs", "used",
                                 "mined", "total", "sec"]  # `loss` is the channels' total: no column of its own
     rows = [line.split() for line in lines if line.split()[0] in ("1", "2")]
     assert [r[:11] for r in rows] == [

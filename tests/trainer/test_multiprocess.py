@@ -57,7 +57,7 @@ def launch(accelerate_config: str, urls: list[str], tasks: Path, pairs: Path, ou
            "-m", "trainer_client.cli", "train", "--config", str(ROOT / "trainer_client/configs/cpu_smoke.yaml"),
            *(a for url in urls for a in ("--env-url", url)), "--tasks", str(tasks), "--output-dir", str(out),
            "--max-steps", str(steps), "--set", "grpo.max_completion_length=32", "--set", "output.rank_report=true",
-           "--set", "output.plot=false", "--set", f"loss.pairs_path={pairs}", "--set", 'grpo.save_strategy="no"']
+           "--set", "output.plot=false", "--set", f"loss.pairs.path={pairs}", "--set", 'grpo.save_strategy="no"']
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRL_EXPERIMENTAL_SILENCE": "1",
            "TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_TELEMETRY": "1"}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
@@ -96,12 +96,12 @@ def test_two_processes_train_against_two_replicas(accelerate_config, distributed
     traces_after = [len(list((d / "traces").glob("*.jsonl"))) for _, d in replicas]
     opened = [sum(r["sessions_by_replica"][f"{u.replace('http', 'ws')}/mux"] for r in reports) for u in urls]
     assert [a - b for a, b in zip(traces_after, traces_before)] == opened == [WORLD, WORLD]
-    # logged metrics are the gathered ones: the global batch, channel 3's pairs of both ranks
+    # logged metrics are the gathered ones: the global batch, the pairs channel's pairs of both ranks
     step = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines() if '"reward"' in l]
     assert len(step) == 1
     assert step[0]["env/rollouts"] == WORLD * PER_DEVICE
-    assert step[0]["channels/pairs"] == WORLD * 2  # loss.pairs_per_step on each rank
-    assert step[0]["channels/replay"] > 0 and step[0]["grad_norm"] > 0
+    assert step[0]["channels/pairs/used"] == WORLD * 2  # loss.pairs.per_step on each rank
+    assert step[0]["channels/pairs"] > 0 and step[0]["grad_norm"] > 0
     # one optimizer step: the ranks hold the same (full) parameters, and they moved
     assert reports[0]["param_digest"] == reports[1]["param_digest"]
     assert reports[0]["param_digest"] != _initial_digest()

@@ -49,7 +49,7 @@ def _trainer_cls():
 def _build(out, model_dir, env_cls, kind: str, n: int, **overrides):
     from datasets import Dataset
 
-    from trainer_client.losses.config import LossConfig
+    from trainer_client.losses import LossSettings
     from trainer_client.tokenizer import load_qwen_tokenizer
 
     cfg = dict(per_device_train_batch_size=n, num_generations=n, max_completion_length=320, temperature=0.5)
@@ -60,7 +60,7 @@ def _build(out, model_dir, env_cls, kind: str, n: int, **overrides):
         args=grpo_config(out, **cfg),
         train_dataset=Dataset.from_list([tc.row(kind)] * n),
         environment_factory=env_cls,
-        loss_config=LossConfig(alpha=0.0, beta=0.0),  # channel 1 (GRPO) only
+        loss_settings=LossSettings.model_validate({"hints": {"weight": 0}, "pairs": {"weight": 0}}),  # GRPO only
     )
 
 

@@ -1,4 +1,4 @@
-"""Channel-2 divergence from hidden states and the LM head, without full B x T x V logits.
+"""The hints channel's divergence from hidden states and the LM head, without full B x T x V logits.
 
 Callers pass only the positions that count (compacted, shape (N, H)); the logits of at most
 `chunk_size` tokens exist at any time, in the forward and (through activation
@@ -8,11 +8,12 @@ checkpointing) in the backward. Plain JSD can instead run on TRL's fused
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from .config import LossConfig
 from .divergences import per_token_divergence
 
 __all__ = ["divergence_from_hidden", "per_token_divergence_from_hidden"]
@@ -23,7 +24,7 @@ def _chunk_divergence(
     h_t: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor | None,
-    config: LossConfig,
+    config: Any,  # HintsSettings (hints_channel.py)
     taid_t: float | None,
 ) -> torch.Tensor:
     student_logits = F.linear(h_s, weight, bias)
@@ -36,7 +37,7 @@ def per_token_divergence_from_hidden(
     student_hidden: torch.Tensor,
     teacher_hidden: torch.Tensor,
     lm_head_weight: torch.Tensor,
-    config: LossConfig,
+    config: Any,  # HintsSettings (hints_channel.py)
     lm_head_bias: torch.Tensor | None = None,
     taid_t: float | None = None,
 ) -> torch.Tensor:
@@ -64,7 +65,7 @@ def divergence_from_hidden(
     student_hidden: torch.Tensor,
     teacher_hidden: torch.Tensor,
     lm_head_weight: torch.Tensor,
-    config: LossConfig,
+    config: Any,  # HintsSettings (hints_channel.py)
     lm_head_bias: torch.Tensor | None = None,
     taid_t: float | None = None,
 ) -> torch.Tensor:

@@ -8,11 +8,11 @@ detached: gradients reach the student only.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from .config import LossConfig
 
 __all__ = [
     "entropy_aware_opd",
@@ -117,10 +117,10 @@ def entropy_aware_opd(
 def per_token_divergence(
     student_logits: torch.Tensor,
     teacher_logits: torch.Tensor,
-    config: LossConfig,
+    config: Any,  # HintsSettings (hints_channel.py)
     taid_t: float | None = None,
 ) -> torch.Tensor:
-    """The channel-2 divergence selected by `config.divergence`, one value per token."""
+    """The hints channel's divergence selected by `config.divergence`, one value per token."""
     common = dict(
         temperature=config.temperature, teacher_top_k=config.teacher_top_k, token_clip=config.token_clip
     )

@@ -1,6 +1,6 @@
 """Replayed preference pairs: the JSONL records, their chat-template rendering, a sampler.
 
-A record (the contract's ``PairRecord``, contract.py; written by `trainer-client replay`):
+The one pair type is ``PairRecord`` (trainer_client/pair_records.py; written by the replay teachers):
   {"state_id", "messages": [chat], "tools": [OpenAI function schemas],
    "chosen": {"tool_name", "arguments"}, "rejected": {...}, "n_teachers_agreeing",
    "provenance": {...}}
@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from trainer_client.pair_records import PairRecord
+from trainer_client.pair_records import PairRecord, ToolCall
 
-__all__ = ["EncodedPair", "PairSampler", "PreferencePair", "ToolAction", "collate_pairs", "encode_pair", "load_pair_records",
-           "load_pairs"]
+__all__ = ["EncodedPair", "PairSampler", "collate_pairs", "encode_pair", "load_pairs"]
 
 
 def _arguments(args: Any) -> dict:
@@ -29,43 +28,6 @@ def _arguments(args: Any) -> dict:
     if not isinstance(args, dict):
         raise ValueError(f"tool-call arguments must be an object, got {type(args).__name__}")
     return args
-
-
-@dataclass(frozen=True)
-class ToolAction:
-    tool_name: str
-    arguments: dict
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "ToolAction":
-        return cls(tool_name=str(d["tool_name"]), arguments=_arguments(d.get("arguments", {})))
-
-    def as_message(self) -> dict:
-        call = {"type": "function", "function": {"name": self.tool_name, "arguments": self.arguments}}
-        return {"role": "assistant", "content": "", "tool_calls": [call]}
-
-
-@dataclass(frozen=True)
-class PreferencePair:
-    state_id: str
-    messages: list[dict]
-    tools: list[dict]
-    chosen: ToolAction
-    rejected: ToolAction
-    n_teachers_agreeing: int = 0
-    provenance: dict = field(default_factory=dict)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "PreferencePair":
-        return cls(
-            state_id=str(d["state_id"]),
-            messages=[_normalize_message(m) for m in d["messages"]],
-            tools=list(d.get("tools") or []),
-            chosen=ToolAction.from_dict(d["chosen"]),
-            rejected=ToolAction.from_dict(d["rejected"]),
-            n_teachers_agreeing=int(d.get("n_teachers_agreeing", 0)),
-            provenance=dict(d.get("provenance") or {}),
-        )
 
 
 def _normalize_message(m: Mapping[str, Any]) -> dict:
@@ -82,30 +44,18 @@ def _normalize_message(m: Mapping[str, Any]) -> dict:
     return m
 
 
-def load_pair_records(path: str | Path) -> list[dict]:
-    """Every record of a pairs JSONL as the contract's `PairRecord` dump (blank lines skipped; a bad line
-    names its number)."""
+def load_pairs(path: str | Path) -> list[PairRecord]:
+    """Every record of a pairs JSONL (blank lines skipped; a bad line names its number)."""
     records = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            try:  # the contract's record first: a pair the env side would not write is refused here
-                records.append(PairRecord.model_validate_json(line).model_dump())
+            try:  # the record the env side writes: a pair it would not write is refused here
+                records.append(PairRecord.model_validate_json(line))
             except ValueError as e:
                 raise ValueError(f"{path}:{n}: bad pair record: {e}") from e
     return records
-
-
-def load_pairs(path: str | Path) -> list[PreferencePair]:
-    """All records of a pairs JSONL, ready to encode."""
-    pairs = []
-    for n, record in enumerate(load_pair_records(path), 1):
-        try:
-            pairs.append(PreferencePair.from_dict(record))
-        except (KeyError, ValueError, TypeError) as e:
-            raise ValueError(f"{path}: pair {n}: bad pair record: {e}") from e
-    return pairs
 
 
 @dataclass(frozen=True)
@@ -116,23 +66,28 @@ class EncodedPair:
     rejected_ids: list[int]
 
 
-def _response_ids(tokenizer: Any, pair: PreferencePair, action: ToolAction, prompt_text: str) -> list[int]:
-    full = tokenizer.apply_chat_template(
-        pair.messages + [action.as_message()], tools=pair.tools or None, tokenize=False
-    )
+def _as_message(action: ToolCall) -> dict:
+    """A tool call as the assistant turn that makes it."""
+    call = {"type": "function", "function": {"name": action.tool_name, "arguments": action.arguments}}
+    return {"role": "assistant", "content": "", "tool_calls": [call]}
+
+
+def _response_ids(tokenizer: Any, pair: PairRecord, messages: list[dict], action: ToolCall, prompt_text: str) -> list[int]:
+    full = tokenizer.apply_chat_template(messages + [_as_message(action)], tools=pair.tools or None, tokenize=False)
     if not full.startswith(prompt_text):
         raise ValueError(f"pair {pair.state_id}: chat template is not prefix-preserving")
     return list(tokenizer(full[len(prompt_text) :], add_special_tokens=False)["input_ids"])
 
 
-def encode_pair(tokenizer: Any, pair: PreferencePair, index: int, max_length: int = 4096) -> EncodedPair:
+def encode_pair(tokenizer: Any, pair: PairRecord, index: int, max_length: int = 4096) -> EncodedPair:
     """Render and tokenize a pair; prompts too long for `max_length` keep their newest tokens."""
+    messages = [_normalize_message(m) for m in pair.messages]
     prompt_text = tokenizer.apply_chat_template(
-        pair.messages, tools=pair.tools or None, tokenize=False, add_generation_prompt=True
+        messages, tools=pair.tools or None, tokenize=False, add_generation_prompt=True
     )
     prompt = list(tokenizer(prompt_text, add_special_tokens=False)["input_ids"])
-    chosen = _response_ids(tokenizer, pair, pair.chosen, prompt_text)
-    rejected = _response_ids(tokenizer, pair, pair.rejected, prompt_text)
+    chosen = _response_ids(tokenizer, pair, messages, pair.chosen, prompt_text)
+    rejected = _response_ids(tokenizer, pair, messages, pair.rejected, prompt_text)
     room = max_length - max(len(chosen), len(rejected))
     if room < 1:
         raise ValueError(f"pair {pair.state_id}: responses alone exceed max_length={max_length}")

@@ -8,7 +8,7 @@
   checkpoints as teachers.
 
 The pairs are `contract.PairRecord`s and the actions `contract.ToolCall`s. Channel 3's loss on
-them is trainer_client/losses/pair_preference.py.
+them is trainer_client/losses/pairs_channel.py.
 """
 
 from .agreement import AgreementRule, Verdict, decide

@@ -1,4 +1,4 @@
-"""Channel-2 inputs: the hint-conditioned teacher sequences and the positions that count.
+"""Channel hints' inputs: the hint-conditioned teacher sequences and the positions that count.
 
 For a rollout with error sites the teacher sees the student's own tokens with a hint,
 rendered by the chat template as a user message, spliced in at each site's `token_start`:
@@ -23,7 +23,7 @@ import torch
 
 from .hints import ErrorSite, HintSource
 
-__all__ = ["HintRenderer", "SdpoBatch", "build_sdpo_batch", "parse_error_sites"]
+__all__ = ["HintRenderer", "HintBatch", "build_hint_batch", "parse_error_sites"]
 
 _BASE = [
     {"role": "system", "content": "s"},
@@ -60,7 +60,7 @@ class HintRenderer:
 
 
 @dataclass
-class SdpoBatch:
+class HintBatch:
     """Right-padded student/teacher sequences of the rollouts that have counted tokens."""
 
     student_input_ids: torch.Tensor  # (R, Ls)
@@ -99,7 +99,7 @@ def _pad(seqs: Sequence[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
     return ids, mask
 
 
-def build_sdpo_batch(
+def build_hint_batch(
     prompt_ids: torch.Tensor,
     prompt_mask: torch.Tensor,
     completion_ids: torch.Tensor,
@@ -109,7 +109,7 @@ def build_sdpo_batch(
     renderer: HintRenderer,
     tool_mask: torch.Tensor | None = None,
     pad_token_id: int = 0,
-) -> SdpoBatch | None:
+) -> HintBatch | None:
     """Teacher/student sequences and counted positions; None when no token counts."""
     loss_mask = completion_mask if tool_mask is None else completion_mask * tool_mask
     gen = renderer.generation_prompt_ids
@@ -167,4 +167,4 @@ def build_sdpo_batch(
     s_flat = torch.tensor([r * s_ids.size(1) + p for r, p in s_pos], dtype=torch.long)
     t_flat = torch.tensor([r * t_ids.size(1) + p for r, p in t_pos], dtype=torch.long)
     c_flat = torch.tensor(c_pos, dtype=torch.long)
-    return SdpoBatch(s_ids, s_mask, t_ids, t_mask, s_flat, t_flat, rows, n_sites, c_flat)
+    return HintBatch(s_ids, s_mask, t_ids, t_mask, s_flat, t_flat, rows, n_sites, c_flat)
