@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from pydantic import Field
+
 from sandbox import DEFAULT_BACKEND
 from verifier.task import TaskRecord
 
@@ -30,12 +32,13 @@ from .check import NO_CHECK, check_record
 from .envs import cached_env, install_env, requirements
 from .models import BuildReport, CandidateVerdict, Mutation, PackageReport, PackageSpec, RunResult, TaskProvenance
 from .mutate import Edit, apply_edit, find_mutations, parses
-from .packages import resolve_packages
+from .packages import CATALOG, resolve_packages
 from .runner import PytestRunner
 from .sources import TaskgenError, pristine_tree
 from . import reproducer
 from .statement import Evidence, Style, leaks, problem_statement, reveals_tests
-from .verdicts import VerdictCache, safe_nodeid
+from .task_sources import CheckedOptions, TaskSource, task_id
+from .verdicts import VerdictCache, digest, safe_nodeid
 
 DEFAULT_MIN_TASKS = 30
 DEFAULT_TASKS_PER_PACKAGE = 6
@@ -330,7 +333,7 @@ class _PackageBuilder:
         patch = gitrepo.diff(self.repo, bug, self.clean)
         if not self.gold_passes(patch, mut, buggy, src, verdict.fail_to_pass + verdict.pass_to_pass):
             return "gold_failed"
-        instance_id = f"{spec.name}__{spec.version}-{hashlib.sha256(patch.encode()).hexdigest()[:8]}"
+        instance_id = task_id(spec.name, spec.version, digest(patch, n=8))
         gitrepo.set_branch(self.repo, f"task/{instance_id}", bug)
         changed = [line[1:] for line in patch.splitlines()
                    if line[:1] in "+-" and not line.startswith(("+++", "---"))]
@@ -437,3 +440,45 @@ def seeded_order(groups: dict[tuple[bool, str], list], rng: random.Random):
                 if g:
                     yield g.pop()
 
+
+# -- the task source (task_sources.SOURCES["synthetic-mutation"]; `task-factory build`) -------------
+
+
+class SyntheticOptions(CheckedOptions):
+    """The settings of ``task-factory build`` (``make synthetic-mutation --set KEY=VALUE``)."""
+
+    packages: list[str] | None = Field(None, description=f"packages to use (default: all of {', '.join(CATALOG)})")
+    seed: int = Field(0, description="the seed of the mutations tried and the statements' wording")
+    max_tasks: int | None = Field(None, description="cap on the total, spread over the packages")
+    min_tasks: int | None = Field(None, description=f"fail (exit 1) below this many (default {DEFAULT_MIN_TASKS})")
+    tasks_per_package: int | None = Field(None, description=f"default {DEFAULT_TASKS_PER_PACKAGE} "
+                                                             "(or max_tasks spread evenly)")
+    statement: Style = Field("report", description="report: a user's bug report with a reproducer written from "
+                                                   "the failing assertion; verbose: the failing test's id, source "
+                                                   "and error")
+
+
+class SyntheticSource(TaskSource):
+    """Synthetic one-token mutations of real code (``build_tasks``)."""
+
+    name = label = "synthetic-mutation"
+    summary = "synthesize bug-fix tasks (synthetic mutations of real code) from pinned PyPI sdists"
+    command = "build"
+    options_class = SyntheticOptions
+    errors = (KeyError, ValueError, TaskgenError)
+
+    def make(self, out: str | Path, log: Log | None = None) -> BuildReport:
+        o = self.options
+        return build_tasks(out, packages=o.packages, seed=o.seed, max_tasks=o.max_tasks, min_tasks=o.min_tasks,
+                           tasks_per_package=o.tasks_per_package, cache_dir=o.cache_dir, log=log,
+                           statement_style=o.statement, check=o.check)
+
+    def render(self, report: BuildReport, quiet: bool = False) -> str:
+        lines = [f"{'package':<24} {'tasks':>5} {'tried':>5}  rejected / error"]
+        for p in report.packages:
+            detail = p.error or ", ".join(f"{k}={v}" for k, v in sorted(p.rejected.items()))
+            lines.append(f"{p.package:<24} {p.tasks:>5} {p.candidates_tried:>5}  {detail}")
+        lines.append(f"{report.n_tasks} task(s) in {report.tasks_file} ({report.duration_s:.1f}s, "
+                     f"{report.pytest_runs} pytest run(s), check: {report.check}); minimum {report.min_tasks}: "
+                     f"{'ok' if report.ok else 'NOT MET'}")
+        return "\n".join(lines)

@@ -1,25 +1,31 @@
-"""``task-factory build|mine|validate|reverify|monitor|import`` (also ``python -m task_factory ...``)."""
+"""``task-factory build|mine|validate|reverify|monitor|import|make`` (also ``python -m task_factory ...``).
+
+``make SOURCE`` runs any task source of the registry (``task_sources.SOURCES``) with its settings
+(``--set KEY=VALUE``); ``build``, ``mine`` and ``import`` are the built-in sources' own commands, their
+options turned into the same settings."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import sys
+import textwrap
 from pathlib import Path
 
 from contract.extras import missing_extra
 from sandbox import BACKENDS, DEFAULT_BACKEND, backend_names
 
-from .build import DEFAULT_TASKS_PER_PACKAGE, build_tasks
+from .build import DEFAULT_TASKS_PER_PACKAGE
 from .check import check_choices
 from .packages import CATALOG
 from .release_catalog import MINE_CATALOG
 from .sources import TaskgenError
 from .statement import STYLES
+from .task_sources import run_command, settings_help, source_class, source_names
 
 
 def add_task_commands(sub: argparse._SubParsersAction) -> None:
-    build = sub.add_parser("build", help="synthesize bug-fix tasks (synthetic mutations of real code) from pinned PyPI sdists")
+    build = sub.add_parser("build", help=source_class("synthetic-mutation").summary)
     build.add_argument("--out", type=Path, required=True, help="output directory (tasks.jsonl, repos/, envs/)")
     build.add_argument("--packages", nargs="+", default=None, metavar="NAME",
                        help=f"packages to use (default: all of {', '.join(CATALOG)}); commas also separate")
@@ -37,8 +43,7 @@ def add_task_commands(sub: argparse._SubParsersAction) -> None:
     build.add_argument("--quiet", action="store_true")
     build.set_defaults(func=_build)
 
-    mine = sub.add_parser("mine", help="mine real historical fixes (source: release-diff) from consecutive "
-                                       "releases on the package index, with hidden tests and changelog statements")
+    mine = sub.add_parser("mine", help=source_class("release-diff").summary)
     mine.add_argument("--out", type=Path, required=True, help="output directory (tasks.jsonl, repos/, envs/)")
     mine.add_argument("--packages", nargs="+", default=None, metavar="NAME",
                       help=f"packages to mine (default: all of {', '.join(MINE_CATALOG)}); commas also separate")
@@ -96,6 +101,7 @@ def add_task_commands(sub: argparse._SubParsersAction) -> None:
     from task_factory.datasets.cli import add_import_command
 
     add_import_command(sub)
+    add_make_command(sub)
 
 
 def _one_of(parser: argparse.ArgumentParser, option: str, names: tuple[str, ...], **kwargs) -> None:
@@ -129,48 +135,61 @@ def _progress(args: argparse.Namespace):
     return None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
 
 
-def _reasons(rejected: dict[str, int]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(rejected.items()))
-
-
 def _build(args: argparse.Namespace) -> int:
-    packages, log = _packages(args), _progress(args)
-    try:
-        report = build_tasks(args.out, packages=packages, seed=args.seed, max_tasks=args.max_tasks,
-                             min_tasks=args.min_tasks, tasks_per_package=args.tasks_per_package,
-                             cache_dir=args.cache_dir, log=log, statement_style=args.statement, check=args.check)
-    except (KeyError, ValueError, TaskgenError) as exc:
-        print(f"task-factory build: {exc}", file=sys.stderr)
-        return 2
-    print(f"{'package':<24} {'tasks':>5} {'tried':>5}  rejected / error")
-    for p in report.packages:
-        detail = p.error or _reasons(p.rejected)
-        print(f"{p.package:<24} {p.tasks:>5} {p.candidates_tried:>5}  {detail}")
-    print(f"{report.n_tasks} task(s) in {report.tasks_file} ({report.duration_s:.1f}s, "
-          f"{report.pytest_runs} pytest run(s), check: {report.check}); minimum {report.min_tasks}: {'ok' if report.ok else 'NOT MET'}")
-    return 0 if report.ok else 1
+    return _run_source("synthetic-mutation", args, dict(
+        packages=_packages(args), seed=args.seed, max_tasks=args.max_tasks, min_tasks=args.min_tasks,
+        tasks_per_package=args.tasks_per_package, cache_dir=args.cache_dir, statement=args.statement,
+        check=args.check))
 
 
 def _mine(args: argparse.Namespace) -> int:
-    from .mine import mine_tasks
+    return _run_source("release-diff", args, dict(
+        packages=_packages(args), discover=args.discover, max_tasks=args.max_tasks, min_tasks=args.min_tasks,
+        max_patch_lines=args.max_patch_lines, check=args.check, cache_dir=args.cache_dir))
 
-    packages, log = _packages(args), _progress(args)
+
+def _run_source(name: str, args: argparse.Namespace, settings: dict) -> int:
+    """A built-in source's own command: its options from the command's arguments, then what ``make`` does."""
+    return run_command(name, settings, args.out, command=f"task-factory {args.tasks_command}",
+                       log=_progress(args), quiet=args.quiet)
+
+
+def _make(args: argparse.Namespace) -> int:
+    command = f"task-factory make {args.source}"
     try:
-        report = mine_tasks(args.out, packages=packages, discover=args.discover, max_tasks=args.max_tasks,
-                            min_tasks=args.min_tasks, max_patch_lines=args.max_patch_lines,
-                            check=args.check, cache_dir=args.cache_dir, log=log)
-    except (KeyError, ValueError, TaskgenError) as exc:
-        print(f"task-factory mine: {exc}", file=sys.stderr)
+        source = source_class(args.source).configure(args.set)
+    except ValueError as exc:
+        print(f"{command}: {exc}", file=sys.stderr)
         return 2
-    print(f"{'package':<16} {'pairs':>5} {'kept':>4} {'secs':>7}  rejected")
-    for p in report.packages:
-        detail = _reasons(p.rejected)
-        print(f"{p.package:<16} {p.pairs_tried:>5} {p.tasks:>4} {p.duration_s:>7.1f}  {detail}")
-    tried = sum(p.pairs_tried for p in report.packages)
-    print(f"{report.n_tasks} release-diff task(s) from {tried} pair(s) in {report.tasks_file} "
-          f"({report.duration_s:.1f}s, {report.pytest_runs} pytest run(s), check: {report.check}); "
-          f"minimum {report.min_tasks}: {'ok' if report.ok else 'NOT MET'}")
-    return 0 if report.ok else 1
+    check = getattr(source.options, "check", None)
+    needs = BACKENDS[check].needs_extra if check in BACKENDS else None
+    problem = missing_extra(f"{command} --set check={check}", *needs) if needs else None
+    if problem:
+        print(problem, file=sys.stderr)
+        return 1
+    return run_command(source, {}, args.out, command=command, log=_progress(args), quiet=args.quiet)
+
+
+def add_make_command(sub: argparse._SubParsersAction) -> None:
+    """``task-factory make SOURCE --out DIR --set KEY=VALUE``: one subcommand per registered task source
+    (``task_sources.SOURCES``), its settings listed from its options model."""
+    make = sub.add_parser("make", help="make tasks with any registered task source: "
+                                       "task-factory make SOURCE --out DIR --set KEY=VALUE ...")
+    sources = make.add_subparsers(dest="source", required=True, metavar="SOURCE",
+                                  title="task sources (each with its settings: task-factory make SOURCE --help)")
+    for name in source_names():
+        cls = source_class(name)
+        also = f" (also: task-factory {cls.command})" if cls.command else ""
+        one = sources.add_parser(name, help=cls.summary + also, description=cls.summary + also,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="settings (--set KEY=VALUE, the value read as YAML):\n" + "\n".join(
+                                     textwrap.fill(line, 100, initial_indent="  ", subsequent_indent="      ")
+                                     for line in settings_help(cls.options_class)))
+        one.add_argument("--out", type=Path, required=True, help="output directory (tasks.jsonl and the report)")
+        one.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                         help="a setting of the source (listed below); repeatable")
+        one.add_argument("--quiet", action="store_true", help="no progress lines")
+        one.set_defaults(func=_make)
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -234,9 +253,12 @@ def _reverify(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    sources = "; ".join(f"{n}" + (f" (task-factory {source_class(n).command})" if source_class(n).command else "")
+                        for n in source_names())
     parser = argparse.ArgumentParser(prog="task-factory", description=(
         "make task files: synthesize bugs, mine real fixes, import SWE-bench-family rows, validate, re-grade, "
-        "measure the monitor on gold patches"))
+        f"measure the monitor on gold patches. Task sources (task-factory make SOURCE --out DIR --set KEY=VALUE): "
+        f"{sources}"))
     add_task_commands(parser.add_subparsers(dest="tasks_command", required=True))
     return parser
 

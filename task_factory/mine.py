@@ -22,6 +22,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from pydantic import Field
+
 from sandbox import DEFAULT_BACKEND
 from verifier.task import TaskRecord
 
@@ -40,11 +42,12 @@ from .models import (
     ReleaseSplit,
     RunResult,
 )
-from .release_catalog import resolve_mine_specs
+from .release_catalog import MINE_CATALOG, resolve_mine_specs
 from .releasediff import split_release, ungradable
 from .releases import consecutive_pairs, list_versions
 from .runner import PytestRunner
 from .sources import TaskgenError, download_sdist, pristine_tree
+from .task_sources import CheckedOptions, TaskSource, task_id
 from .verdicts import VerdictCache, digest, safe_nodeid
 
 Log = Callable[[str], None]
@@ -207,7 +210,7 @@ class _PackageMiner:
         if not verdict.accepted:
             raise Rejected(verdict.reason, verdict.detail)
         report.fail_to_pass, report.pass_to_pass = len(verdict.fail_to_pass), len(verdict.pass_to_pass)
-        instance_id = f"{spec.name}__{earlier}-{later}"
+        instance_id = task_id(spec.name, earlier, later)
         statement = release_statement(spec.name, earlier, later, section)
         found = statement_leaks(statement, verdict.fail_to_pass + verdict.pass_to_pass, split)
         if found:
@@ -445,3 +448,45 @@ def _spread(items: list[str], limit: int) -> list[str]:
     step = len(items) / limit
     return [items[int(i * step)] for i in range(limit)]
 
+
+# -- the task source (task_sources.SOURCES["release-diff"]; `task-factory mine`) ---------------------
+
+
+class MinedOptions(CheckedOptions):
+    """The settings of ``task-factory mine`` (``make release-diff --set KEY=VALUE``)."""
+
+    packages: list[str] | None = Field(None, description=f"packages to mine (default: all of {', '.join(MINE_CATALOG)})")
+    discover: int | None = Field(None, description="instead of the catalog's pinned pairs, the N newest consecutive "
+                                                   "pairs on the index")
+    max_tasks: int | None = Field(None, description="stop once this many tasks are kept")
+    min_tasks: int | None = Field(None, description=f"fail (exit 1) below this many (default {DEFAULT_MIN_TASKS})")
+    max_patch_lines: int | None = Field(None, description="reject pairs whose gold patch changes more lines "
+                                                          f"(default and ceiling {MAX_PATCH_LINES})")
+
+
+class MinedSource(TaskSource):
+    """Real historical fixes between consecutive releases (``mine_tasks``)."""
+
+    name = label = "release-diff"
+    summary = ("mine real historical fixes from consecutive releases on the package index, with hidden tests "
+               "and changelog statements")
+    command = "mine"
+    options_class = MinedOptions
+    errors = (KeyError, ValueError, TaskgenError)
+
+    def make(self, out: str | Path, log: Log | None = None) -> MineReport:
+        o = self.options
+        return mine_tasks(out, packages=o.packages, discover=o.discover, max_tasks=o.max_tasks,
+                          min_tasks=o.min_tasks, max_patch_lines=o.max_patch_lines, check=o.check,
+                          cache_dir=o.cache_dir, log=log)
+
+    def render(self, report: MineReport, quiet: bool = False) -> str:
+        lines = [f"{'package':<16} {'pairs':>5} {'kept':>4} {'secs':>7}  rejected"]
+        for p in report.packages:
+            detail = ", ".join(f"{k}={v}" for k, v in sorted(p.rejected.items()))
+            lines.append(f"{p.package:<16} {p.pairs_tried:>5} {p.tasks:>4} {p.duration_s:>7.1f}  {detail}")
+        tried = sum(p.pairs_tried for p in report.packages)
+        lines.append(f"{report.n_tasks} release-diff task(s) from {tried} pair(s) in {report.tasks_file} "
+                     f"({report.duration_s:.1f}s, {report.pytest_runs} pytest run(s), check: {report.check}); "
+                     f"minimum {report.min_tasks}: {'ok' if report.ok else 'NOT MET'}")
+        return "\n".join(lines)

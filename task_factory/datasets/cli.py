@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from .report import FAMILIES
@@ -26,16 +25,8 @@ def add_import_command(sub: argparse._SubParsersAction) -> None:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from .families import ImportOptions
-    from .importer import import_files
-    from .readers import ReadError
+    """The ``swe-bench`` task source (``importer.DatasetSource``) with this command's options."""
+    from ..task_sources import run_command
 
-    try:
-        report = import_files(args.files, args.out, family=args.format,
-                              options=ImportOptions(image_namespace=args.image_namespace, arch=args.arch))
-    except (ReadError, OSError) as exc:
-        print(f"task-factory import: {exc}", file=sys.stderr)
-        return 2
-    table = report.table()
-    print(table.splitlines()[-1] if args.quiet else table)
-    return report.exit_code
+    return run_command("swe-bench", dict(files=args.files, format=args.format, image_namespace=args.image_namespace,
+                                         arch=args.arch), args.out, command="task-factory import", quiet=args.quiet)

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from verifier.task import TaskInstance, TaskRecord
 
+from ..task_sources import Log, SourceOptions, TaskSource
 from .families import ImportOptions, detect, normalise
-from .readers import BadRow, read_rows
-from .report import FileResult, ImportReport, Problem, RowResult
+from .readers import BadRow, ReadError, read_rows
+from .report import FAMILIES, FileResult, ImportReport, Problem, RowResult
 from .rows import Issues
 
 
@@ -79,3 +80,41 @@ def import_files(paths: Sequence[str | Path], out_dir: str | Path, family: str =
     report = ImportReport(out_dir=str(out_dir), tasks_file=str(tasks_file), files=files, rows=rows)
     (out_dir / "import_report.json").write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
     return report
+
+
+# -- the task source (task_sources.SOURCES["swe-bench"]; `task-factory import`) ----------------------
+
+
+class DatasetOptions(SourceOptions):
+    """The settings of ``task-factory import`` (``make swe-bench --set KEY=VALUE``)."""
+
+    files: list[Path] = Field(min_length=1, description=".jsonl, .json or .parquet file(s) of dataset rows")
+    format: Literal[(*FAMILIES, "auto")] = Field(  # type: ignore[valid-type]
+        "auto", description="dataset family of every file (default: detected per file from its columns)")
+    image_namespace: str | None = Field(None, description="registry namespace of derived image names (default per "
+                                                          "family: swebench, xingyaoww, swerebench); a row's own "
+                                                          "image is kept")
+    arch: str = Field("x86_64", description="architecture part of derived image names")
+
+
+class DatasetSource(TaskSource):
+    """SWE-bench-family dataset rows (``import_files``): image-resident tasks, checked by ``task-factory
+    validate --backend docker`` (the same check, ``check.py``)."""
+
+    name = label = "swe-bench"
+    summary = "import SWE-bench-family dataset rows (local JSONL/JSON/Parquet) as tasks"
+    command = "import"
+    options_class = DatasetOptions
+    errors = (ReadError, OSError)
+
+    def make(self, out: str | Path, log: Log | None = None) -> ImportReport:
+        o = self.options
+        return import_files(o.files, out, family=o.format,
+                            options=ImportOptions(image_namespace=o.image_namespace, arch=o.arch))
+
+    def render(self, report: ImportReport, quiet: bool = False) -> str:
+        table = report.table()
+        return table.splitlines()[-1] if quiet else table
+
+    def exit_code(self, report: ImportReport) -> int:
+        return report.exit_code

@@ -25,6 +25,7 @@ import json
 import re
 from typing import Any
 
+from ..task_sources import task_id
 from .patches import new_files_patch
 from .rows import Issues, text
 
@@ -159,8 +160,13 @@ def normalise(row: dict[str, Any], issues: Issues) -> dict[str, Any]:
                            "FAIL_TO_PASS": [], "PASS_TO_PASS": [], "patch": "", "test_patch": "",
                            "base_commit": "", "created_at": None}
     commit_hash = row.get("commit_hash") or (commit or {}).get("new_commit_hash") or ""
-    rec["instance_id"] = row.get("instance_id") or (f"{repo}-{commit_hash[:12]}" if repo and commit_hash else "")
-    if not rec["instance_id"]:
+    rec["instance_id"] = row.get("instance_id") or ""
+    if not rec["instance_id"] and repo and commit_hash:
+        try:  # the one id rule of the ids the factory makes
+            rec["instance_id"] = task_id(repo, commit_hash[:12])
+        except ValueError as exc:
+            issues.error("repo_name", str(exc))
+    elif not rec["instance_id"]:
         issues.error("commit_hash", "missing: no instance_id and nothing to name the instance by")
     if commit is not None:
         rec["base_commit"] = commit.get("old_commit_hash") or ""
