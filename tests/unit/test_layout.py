@@ -225,3 +225,41 @@ def host_grade(task, diff):
                                    "runs_pytest": ["line 8"], "graders": ["host_grade"]}
     thin = "async def grade(task, diff, config):\n    return await grade_submission(task, diff, config)\n"
     assert _grader_signs(thin) == {}
+
+
+# -- task sources: one interface, checked by the one check --------------------------------------------
+
+GRADING = {"verifier.grade", "verifier.harness", "verifier.pytest_log", "verifier.script_check"}
+
+
+def _verifier_names(name: str) -> set[str]:
+    """The names ``name`` imports from the verifier (``from verifier import grade_submission``)."""
+    out = set()
+    for node in ast.walk(ast.parse(MODULES[name].read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "verifier":
+            out.update(alias.name for alias in node.names)
+    return out
+
+
+def _source_modules() -> set[str]:
+    from task_factory.task_sources import SOURCES
+
+    return {"task_factory" + entry.partition(":")[0] if isinstance(entry, str) else entry.__module__
+            for entry in SOURCES.values()}
+
+
+def test_task_sources_grade_only_through_the_one_check():
+    """The task-source interface and every registered source's module import no grader (not the
+    verifier's grading modules, not grade_submission, not reverify): their tasks reach the verifier through
+    check.py's check_record alone, which the interface calls. In the task factory only check.py (tasks)
+    and reverify.py (finished episodes) call the grader."""
+    sources = _source_modules() | {"task_factory.task_sources"}
+    assert {"task_factory.build", "task_factory.mine", "task_factory.datasets.importer"} <= sources
+    for name in sorted(sources):
+        assert name in MODULES, name
+        assert not GRAPH[name] & (GRADING | {"task_factory.reverify"}), (name, GRAPH[name] & GRADING)
+        assert "grade_submission" not in _verifier_names(name), name
+    assert "task_factory.check" in GRAPH["task_factory.task_sources"]
+    factory = [m for m in MODULES if m.startswith("task_factory.")]
+    assert {m for m in factory if "grade_submission" in _verifier_names(m) or GRAPH[m] & {"verifier.grade"}} == {
+        "task_factory.check", "task_factory.reverify"}
