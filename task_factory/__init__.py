@@ -1,15 +1,17 @@
-"""The task factory: makes and checks task files (``task-factory build|mine|import|validate|reverify``).
+"""The task factory: makes and checks task files (``task-factory build|mine|import|make|validate|reverify``).
 
-It sits beside the server, on top of the verifier: ``validate`` and ``reverify`` grade with the
-verifier's own grader, and the server never imports this package. From PyPI sdists, two sources:
+It sits beside the server, on top of the verifier: every task it checks is graded by the verifier's own
+grader (``check.py``), and the server never imports this package. Its task sources sit behind one
+interface (``task_sources.py``: a ``TaskSource`` class per source, registered in ``SOURCES``, run by
+``task-factory make NAME``), sharing one id rule (``task_id``), one check, one verdict cache
+(``verdicts.py``) and one lock discipline (``cache.py``):
 
-``build_tasks(out_dir, ...)``: synthetic one-token mutations of real code
-(``source: synthetic-mutation``). ``mine_tasks(out_dir, ...)``: real historical
-fixes between consecutive releases, with the release's own tests hidden and its
-changelog as the statement (``source: release-diff``). Both write ``tasks.jsonl``
-(SWE-bench fields plus ``repo_path``/``python_env``), ``repos/``, ``envs/`` and
-``build_report.json``. ``datasets/`` imports SWE-bench-family rows (``source: swe-bench``);
-``demo_task`` is the one-task demo pack.
+``release-diff`` (``mine_tasks``, ``task-factory mine``): real historical fixes between consecutive
+releases, with the release's own tests hidden and its changelog as the statement.
+``synthetic-mutation`` (``build_tasks``, ``task-factory build``): one-token mutations of real code.
+Both build from PyPI sdists and write ``tasks.jsonl`` (SWE-bench fields plus
+``repo_path``/``python_env``), ``repos/``, ``envs/`` and ``build_report.json``. ``swe-bench``
+(``datasets/``, ``task-factory import``): SWE-bench-family rows. ``demo_task`` is the one-task demo pack.
 """
 
 from verifier.task import TaskRecord
@@ -21,8 +23,10 @@ from .models import BuildReport, MineReport, MineSpec, PackageReport, PackageSpe
 from .packages import CATALOG, DEFAULT_PACKAGES
 from .release_catalog import MINE_CATALOG
 from .sources import TaskgenError
+from .task_sources import SOURCES, CheckedOptions, SourceOptions, TaskSource, register_source, source_class, task_id
 
 __all__ = [
     "BuildReport", "CATALOG", "DEFAULT_MIN_TASKS", "DEFAULT_PACKAGES", "MINE_CATALOG", "MineReport", "MineSpec",
-    "PackageReport", "PackageSpec", "TaskRecord", "TaskgenError", "build_tasks", "default_cache_dir", "mine_tasks",
+    "PackageReport", "PackageSpec", "SOURCES", "CheckedOptions", "SourceOptions", "TaskRecord", "TaskSource",
+    "TaskgenError", "build_tasks", "default_cache_dir", "mine_tasks", "register_source", "source_class", "task_id",
 ]
