@@ -19,21 +19,26 @@ the shell exiting. The host treats every byte from here as untrusted.
 
 from __future__ import annotations
 
-import base64
-import ctypes
-import errno
-import json
-import json.encoder
-import json.scanner
-import os
-import re
-import select
-import shutil
-import signal
-import struct
-import subprocess
-import sys
 import time
+
+STARTED = time.monotonic()  # (a built-in module: the first reading after the interpreter's own start)
+
+import binascii  # noqa: E402
+import ctypes  # noqa: E402
+import errno  # noqa: E402
+import os  # noqa: E402
+import select  # noqa: E402
+import struct  # noqa: E402
+import sys  # noqa: E402
+
+try:  # the C half of `signal` (that module's enum classes cost a cold start milliseconds)
+    import _signal as signal
+except ImportError:  # an interpreter without it
+    import signal
+
+# Imported where needed, never at start (a cold start pays each import, docs/deploy.md): `re`
+# (with `enum`, ~10 ms) for the diff's patterns, `subprocess` for git, `shutil` for copies;
+# `json` and `base64` not at all: the C parts they wrap (`_json`, `binascii`) do the same work.
 
 WORKSPACE = "/workspace"
 libc = ctypes.CDLL(None, use_errno=True)
@@ -50,7 +55,7 @@ PR_CAPBSET_DROP, PR_SET_SECCOMP = 24, 22
 _DIFF_ARGS = ("diff", "--cached", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames",
               "--src-prefix=a/", "--dst-prefix=b/")
 # What git prints instead of a binary file's change (a header line; hunk lines start with " ", "+", "-").
-_BINARY_DIFF = re.compile(r"^Binary files .* differ$", re.MULTILINE)
+_BINARY_DIFF = r"(?m)^Binary files .* differ$"  # (patterns: compiled on first use, by `re`'s cache)
 # Settings of every git call of the runtime (they win over the repository's config).
 _GIT_SAFE = ("git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "core.quotePath=false",
              "-c", "core.autocrlf=false", "-c", "core.bare=false", "-c", "safe.directory=*",
@@ -65,7 +70,7 @@ _PATH_LIMIT = 3800  # bytes of a path below /workspace: deeper entries are left 
 DIFF_TIME_S = 90  # all the git work of one diff request (the host waits 120 s for the reply)
 EXACT_PATCH_CAP = 40 * 1024 * 1024  # an exact patch with no limit of its own: base64 of it must fit one line
 _SKIPPED_SHOWN = 100
-_GIT_ADD_ERROR = re.compile(r"^error: (invalid path|unable to index file) '(.*)'$")
+_GIT_ADD_ERROR = r"^error: (invalid path|unable to index file) '(.*)'$"
 
 
 def _file_kind(mode: int) -> str:
@@ -172,6 +177,8 @@ def build_overlay_workspace(cfg: dict) -> str:
 
 
 def build_copied_workspace(cfg: dict) -> None:
+    import shutil
+
     src = cfg["template"]
     for name in os.listdir(src):
         s, d = os.path.join(src, name), os.path.join(WORKSPACE, name)
@@ -450,12 +457,8 @@ class Shell:
         # to the write paths (not the runtime's private state), in a scoped domain of its own
         # (``shell_layer``). ``layer_fd`` is that ruleset, made before seccomp closed the door.
         self.layer_fd = layer_fd
-        self.proc: subprocess.Popen | None = None
+        self.proc: Child | None = None
         self.start()
-
-    def _restrict(self) -> None:  # runs in the child, before exec
-        if self.layer_fd is not None:
-            landlock_restrict(self.layer_fd)
 
     def spawn(self) -> tuple:
         """A fresh ``bash`` laid out as the persistent one: (process, script fd, output fd, status fd),
@@ -463,15 +466,10 @@ class Shell:
         cmd_r, cmd_w = _pipe_above(62)
         out_r, out_w = _pipe_above(62)
         st_r, st_w = _pipe_above(62)
-        os.dup2(out_w, 62)  # the child's fd 62 (the parent's copy closes below)
-        os.close(out_w)
         try:
-            proc = subprocess.Popen(
-                ["bash", "--noprofile", "--norc"], stdin=cmd_r, stdout=st_w, stderr=subprocess.DEVNULL,
-                pass_fds=(62,), cwd=WORKSPACE, env=self.env, close_fds=True,
-                preexec_fn=self._restrict if self.layer_fd is not None else None)
+            proc = spawn_bash(self.env, cmd_r, st_w, out_w, self.layer_fd)
         finally:
-            for fd in (62, cmd_r, st_w):
+            for fd in (out_w, cmd_r, st_w):
                 os.close(fd)
         for fd in (out_r, st_r):
             os.set_blocking(fd, False)
@@ -502,6 +500,99 @@ class Shell:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+
+class Child:
+    """A process this runtime started: what it used of ``subprocess.Popen`` (``pid``, ``returncode``,
+    ``poll``, ``wait``, ``kill``), with Popen's answers (a child reaped elsewhere, by :func:`reap`,
+    reads as exit status 0; a kill never signals a pid already reaped)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.returncode = pid, None
+
+    def _wait(self, flags: int):
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, flags)
+            except ChildProcessError:
+                pid, status = self.pid, 0
+            if pid == self.pid:
+                self.returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        return self.returncode
+
+    def poll(self):
+        return self._wait(os.WNOHANG)
+
+    def wait(self):
+        return self._wait(0)
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def spawn_bash(env: dict, stdin_fd: int, stdout_fd: int, fd62: int, layer_fd=None) -> Child:
+    """``bash --noprofile --norc`` (found on ``env``'s PATH) in /workspace, stdin and stdout the
+    given fds, stderr /dev/null, ``fd62`` as its fd 62, no other fd of ours, the signal dispositions
+    a fresh process has, and, with ``layer_fd``, under that Landlock ruleset (a domain of its own):
+    what ``subprocess.Popen(close_fds=True, pass_fds=(62,), preexec_fn=...)`` did, fork and exec
+    without the module (a cold start's import). Raises OSError when bash cannot start, as Popen did:
+    the child reports a failure on a close-on-exec pipe that exec closes."""
+    err_r, err_w = _pipe_above(62)  # close-on-exec, and clear of the fds placed below
+    try:
+        pid = os.fork()
+    except BaseException:
+        os.close(err_r)
+        os.close(err_w)
+        raise
+    if pid == 0:  # the child: nothing here returns, whatever happens
+        try:
+            null = os.open(os.devnull, os.O_RDWR)
+            for src, dst in ((stdin_fd, 0), (stdout_fd, 1), (null, 2), (fd62, 62)):
+                os.dup2(src, dst)  # (inheritable, the only fds bash gets)
+            os.chdir(WORKSPACE)
+            for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ"):  # Popen's restore_signals: Python ignores these
+                if hasattr(signal, name):
+                    signal.signal(getattr(signal, name), signal.SIG_DFL)
+            if layer_fd is not None:
+                landlock_restrict(layer_fd)
+            keep = (0, 1, 2, 62, err_w)
+            try:
+                fds = [int(name) for name in os.listdir("/proc/self/fd")]
+            except OSError:
+                fds = range(3, os.sysconf("SC_OPEN_MAX"))
+            for fd in fds:
+                if fd not in keep:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            os.execvpe("bash", ["bash", "--noprofile", "--norc"], env)
+        except BaseException as e:  # noqa: BLE001 - reported to the parent
+            try:
+                os.write(err_w, ("%d:%s: %s" % (getattr(e, "errno", None) or 0, type(e).__name__, e)).encode(
+                    "utf-8", "replace")[:4000])
+            finally:
+                os._exit(127)
+        os._exit(127)
+    os.close(err_w)
+    try:
+        report = b""
+        while True:
+            chunk = os.read(err_r, 4096)
+            if not chunk:
+                break
+            report += chunk
+    finally:
+        os.close(err_r)
+    if report:
+        os.waitpid(pid, 0)
+        code, _, message = report.decode("utf-8", "replace").partition(":")
+        raise OSError(int(code) if code.isdigit() else 0, "cannot start the shell: " + message)
+    return Child(pid)
 
 
 def shell_ruleset(write_paths: list, read_paths=None):
@@ -656,6 +747,34 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
+
+
+_B64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+def b64encode(data: bytes) -> str:
+    """base64.b64encode(data).decode("ascii")."""
+    return binascii.b2a_base64(data, newline=False).decode("ascii")
+
+
+def b64decode(s: object) -> bytes:
+    """base64.b64decode(s, validate=True): the alphabet only, at most two "=" at the end, else
+    ValueError (binascii.Error is one), TypeError for what is neither text nor bytes."""
+    if isinstance(s, str):
+        try:
+            s = s.encode("ascii")
+        except UnicodeEncodeError:
+            raise ValueError("string argument should contain only ASCII characters") from None
+    else:
+        try:
+            s = memoryview(s).tobytes()
+        except TypeError:
+            raise TypeError("argument should be a bytes-like object or ASCII string, not %r"
+                            % type(s).__name__) from None
+    body = s.rstrip(b"=")
+    if len(s) - len(body) > 2 or body.translate(None, _B64_ALPHABET):
+        raise binascii.Error("Non-base64 digit found")
+    return binascii.a2b_base64(s)
 
 
 def shell_quote(s: str) -> str:
@@ -1058,12 +1177,12 @@ class Runtime:
             os.close(fd)
         if len(data) > limit:
             raise RuntimeFailure("bad_path", "%s is larger than %d bytes" % (path, limit), reason="too_large")
-        return {"data": base64.b64encode(data).decode("ascii")}
+        return {"data": b64encode(data)}
 
     def op_write(self, req: dict) -> dict:
         path = req.get("path")
         try:
-            data = base64.b64decode(req.get("data", ""), validate=True)
+            data = b64decode(req.get("data", ""))
         except (ValueError, TypeError):
             raise RuntimeFailure("invalid_arguments", "data must be base64")
         if len(data) > int(self.cfg["limits"]["max_file_write_bytes"]):
@@ -1138,7 +1257,6 @@ class Runtime:
         could not look everywhere it should (out of fds, say) gives a fingerprint of its own,
         never equal to another: the diff is then read afresh.
         """
-        import hashlib
         import stat as S
 
         root, overlay = self.cfg["_scan_root"], self.cfg["mode"] == "overlay"
@@ -1153,8 +1271,12 @@ class Runtime:
             st = os.stat(root)
             if st.st_nlink == 2 and st.st_size == self._empty_upper_size:
                 return "base", [], [], None  # nothing was ever written, or all of it was removed again
+        try:  # (hashlib's own blake2b, without the OpenSSL library hashlib loads: ~5 ms at the first walk)
+            from _blake2 import blake2b
+        except ImportError:
+            from hashlib import blake2b
         limit = int(self.cfg["limits"].get("max_diff_bytes") or 0)
-        h = hashlib.blake2b(digest_size=16)
+        h = blake2b(digest_size=16)
         seen, complete, fatal = 0, True, None
         left_out: list = []
         big: list = []
@@ -1255,6 +1377,8 @@ class Runtime:
         ``git diff --binary --full-index`` (base64; ``patch_error`` instead when it is larger than
         ``patch_limit`` bytes).
         """
+        import re
+
         fp, left_out, big, fatal = self._scan()
         if fatal:
             self._diff_cache = None
@@ -1273,7 +1397,7 @@ class Runtime:
                 text, lossy = raw.decode("utf-8"), False
             except UnicodeDecodeError:
                 text, lossy = raw.decode("utf-8", "replace"), True
-            lossy = lossy or _BINARY_DIFF.search(text) is not None
+            lossy = lossy or re.search(_BINARY_DIFF, text) is not None
             skipped = [_describe(p, why) for p, why in left_out] + notes
             if len(skipped) > _SKIPPED_SHOWN:
                 skipped[_SKIPPED_SHOWN:] = ["... and %d more" % (len(skipped) - _SKIPPED_SHOWN)]
@@ -1301,7 +1425,7 @@ class Runtime:
                 if known[0] is None or len(known[0]) > cap:
                     reply["patch_error"] = "the exact patch is over the %d-byte limit" % cap
                 else:
-                    reply["patch"] = base64.b64encode(known[0]).decode("ascii")
+                    reply["patch"] = b64encode(known[0])
         return reply
 
     def op_apply(self, req: dict) -> dict:
@@ -1311,7 +1435,7 @@ class Runtime:
         and through symbolic links, and fails whole (nothing is written) when a hunk does not apply.
         """
         try:
-            patch = base64.b64decode(req.get("patch", ""), validate=True)
+            patch = b64decode(req.get("patch", ""))
         except (ValueError, TypeError):
             raise RuntimeFailure("invalid_arguments", "patch must be base64")
         if patch:
@@ -1341,6 +1465,8 @@ class Runtime:
         private = self.cfg["_private"]
         git_dir = private + "/git"
         if not os.path.isfile(git_dir + "/HEAD"):
+            import shutil
+
             template = self.cfg["template"] + "/.git"
             for sub in ("objects", "refs/heads", "info"):
                 os.makedirs(git_dir + "/" + sub, exist_ok=True)
@@ -1363,6 +1489,8 @@ class Runtime:
 
     def _git(self, *args: str, input: bytes | None = None) -> bytes:
         """One git command (see :meth:`_git_env`); its stdout, or RuntimeFailure ``diff_failed``."""
+        import subprocess
+
         feed = {"input": input} if input is not None else {"stdin": subprocess.DEVNULL}
         try:
             r = subprocess.run(list(_GIT_SAFE) + list(args), cwd=WORKSPACE, env=self._git_env(),
@@ -1380,6 +1508,8 @@ class Runtime:
         returncode is in ``ok``, else RuntimeFailure ``diff_failed`` with git's last line. Past
         ``deadline`` git is killed (``diff_failed``, not worth a retry); past ``cap`` bytes of
         stdout too (``diff_too_large``): a diff that large is never held in memory whole."""
+        import subprocess
+
         try:
             p = subprocess.Popen(list(_GIT_SAFE) + list(args), cwd=WORKSPACE, env=self._git_env(),
                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -1435,6 +1565,9 @@ class Runtime:
     def _git_diff(self, left_out: list, limit: int, deadline: float) -> tuple:
         """``git diff`` of /workspace against the base (raw bytes), untracked files included, ``left_out``
         (paths) excluded; and notes on anything git itself could not add (``"path (reason)"``)."""
+        import re
+        import shutil
+
         base, private = self.cfg["base_commit"], self.cfg["_private"]
         spec = private + "/pathspec"
         with open(spec, "wb") as f:  # literal paths (no wildcard, any byte but NUL) that git never enters
@@ -1468,7 +1601,7 @@ class Runtime:
                 if code == 1:  # some files could not be added (a name git refuses, say); the rest was
                     lines = err.decode("utf-8", "replace").strip().splitlines()
                     notes = [_describe(m.group(2), "git: " + m.group(1))
-                             for m in map(_GIT_ADD_ERROR.match, lines) if m]
+                             for m in (re.match(_GIT_ADD_ERROR, line) for line in lines) if m]
                     if not notes and lines:
                         notes = ["(git could not add every file: %s)" % lines[-1][:300]]
                 return self._git_stream(_DIFF_ARGS + (base, "--"), deadline, cap=limit)[1], notes
@@ -1480,6 +1613,8 @@ class Runtime:
 
     def _git_version(self, deadline: float) -> tuple:
         if getattr(self, "_git_ver", None) is None:
+            import re
+
             m = re.search(rb"(\d+)\.(\d+)", self._git_stream(("version",), deadline)[1])
             self._git_ver = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
         return self._git_ver
@@ -1543,11 +1678,43 @@ def setup(cfg: dict) -> dict:
 # With dozens of sessions every runtime wakes with cold caches, and json.loads/dumps'
 # Python layers (encoding detection, a fresh C encoder per call) then cost several times
 # the C work itself. Requests go straight to the C scanner; the reply to `run`, sent on
-# every step, is formatted around the C string escaper.
-_scan = json.scanner.make_scanner(json.JSONDecoder())
-_escape = json.encoder.encode_basestring_ascii
-_encode = json.JSONEncoder(separators=(",", ":")).encode
+# every step, is formatted around the C string escaper. They are `json`'s own C parts
+# (`_json`), set up as `json.JSONDecoder()` and `json.JSONEncoder(separators=(",", ":"))`
+# set them up; the `json` package itself is not imported: its Python half imports `re`.
+class _DecoderSettings:
+    """What the C scanner reads of a decoder: json.JSONDecoder()'s defaults (strict strings,
+    plain dicts, NaN and Infinity as json reads them)."""
+
+    strict = True
+    object_hook = object_pairs_hook = None
+    parse_float, parse_int = float, int
+    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}.__getitem__
+
+
+def _no_default(o: object) -> object:
+    raise TypeError("Object of type %s is not JSON serializable" % type(o).__name__)
+
+
+try:
+    from _json import encode_basestring_ascii as _escape
+    from _json import make_encoder as _make_encoder
+    from _json import make_scanner as _make_scanner
+
+    _scan = _make_scanner(_DecoderSettings())
+
+    def _encode(obj: object) -> str:
+        # a fresh encoder per call (json.JSONEncoder.encode's too): its markers catch cycles
+        return "".join(_make_encoder({}, _no_default, _escape, None, ":", ",", False, False, True)(obj, 0))
+except ImportError:  # an interpreter without json's C half: json itself
+    import json
+    import json.encoder
+    import json.scanner
+
+    _scan = json.scanner.make_scanner(json.JSONDecoder())
+    _escape = json.encoder.encode_basestring_ascii
+    _encode = json.JSONEncoder(separators=(",", ":")).encode
 _JSON_BOOL = {True: "true", False: "false", None: "null"}
+_JSON_SPACE = " \t\n\r"
 
 
 def parse_request(line: bytes) -> dict:
@@ -1558,6 +1725,19 @@ def parse_request(line: bytes) -> dict:
         raise ValueError("malformed request line") from None
     if not isinstance(obj, dict):
         raise ValueError("a request must be a JSON object")
+    return obj
+
+
+def parse_init(line: bytes) -> object:
+    """The init line as json.loads reads it: one JSON value, white space around it, nothing else."""
+    text = line.decode("utf-8")
+    start = len(text) - len(text.lstrip(_JSON_SPACE))
+    try:
+        obj, end = _scan(text, start)
+    except StopIteration:
+        raise ValueError("the init line is not JSON") from None
+    if text[end:].strip(_JSON_SPACE):
+        raise ValueError("the init line has data after its JSON value")
     return obj
 
 
@@ -1583,14 +1763,15 @@ def main() -> None:
     def send(obj: dict) -> None:
         _write_all(out_fd, encode_reply(obj))
 
-    started = time.monotonic()  # (CLOCK_MONOTONIC: the host's clock too; its start's phases, docs/deploy.md)
+    main_at = time.monotonic()  # (CLOCK_MONOTONIC: the host's clock too; its start's phases, docs/deploy.md)
     try:
-        cfg = json.loads(stdin.readline())
+        cfg = parse_init(stdin.readline())
         read = time.monotonic()
         info = setup(cfg)
         layered = time.monotonic()
         runtime = Runtime(cfg)
-        info["timing"] = {"main": started, "init_read": read, "layers": layered, "ready": time.monotonic()}
+        info["timing"] = {"started": STARTED, "main": main_at, "init_read": read, "layers": layered,
+                          "ready": time.monotonic()}
     except RuntimeFailure as e:
         send({"ok": False, "error": {"kind": e.kind, "message": e.message}})
         return
