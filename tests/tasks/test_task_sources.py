@@ -195,6 +195,13 @@ def test_the_built_in_sources_are_entries_their_commands_delegate_to(tmp_path: P
     assert main(["make", "swe-bench", "--out", str(tmp_path / "b"), "--set", f"files=[{rows}]"]) == 0
     assert capsys.readouterr().out == table.replace(str(tmp_path / "a"), str(tmp_path / "b"))
     assert (tmp_path / "a" / "tasks.jsonl").read_text() == (tmp_path / "b" / "tasks.jsonl").read_text()
+    # its tasks(), as any source's: the records its pipeline wrote
+    dataset = source_class("swe-bench").configure([f"files=[{rows}]"])
+    records = list(dataset.tasks(tmp_path / "c", print))
+    assert [r.model_dump(mode="json") for r in records] == [
+        json.loads(line) for line in (tmp_path / "a" / "tasks.jsonl").read_text().splitlines()]
+    assert len(records) == 3 and all(r.source == "swe-bench" for r in records)
+    capsys.readouterr()
     # a built-in source's bad input is its command's one line, under either name
     assert main(["make", "release-diff", "--out", str(tmp_path / "m"), "--set", "packages=[nope]"]) == 2
     assert "task-factory make release-diff: " in capsys.readouterr().err
