@@ -9,23 +9,29 @@ reset does), one after another, idle, and splits each by wrapping the functions 
 * ``cgroup``: the session's cgroup;
 * ``spawn``: bwrap's process started (``create_subprocess_exec``);
 * from the spawn to the runtime's first answer, split by the runtime's own clock readings
-  (``info["timing"]``): ``jail + python`` (bwrap's namespaces and mounts, the runtime's Python
-  start), ``init sent`` (waiting for the host's init message), ``layers`` (overlay, seccomp,
-  Landlock, limits: ``runtime.setup``), ``shell`` (the persistent bash started), ``reply`` (the
-  answer read by the host); ``handshake`` where the runtime gives no timing;
+  (``info["timing"]``): ``jail + python`` (bwrap's namespaces and mounts, the interpreter's own
+  start, up to the runtime's first statement), ``imports`` (the runtime's module: its imports
+  and definitions; a runtime without that reading counts it in ``jail + python``), ``init sent``
+  (waiting for the host's init message), ``layers`` (overlay, seccomp, Landlock, limits:
+  ``runtime.setup``), ``shell`` (the persistent bash started), ``reply`` (the answer read by
+  the host); ``handshake`` where the runtime gives no timing;
 * ``episode``: the rest of ``Episode.start`` (the reset record written to the trace, the first
   observation).
 
 Prints p50 / p90 per phase (ms) and the total, against the 50 ms target of issue 36 (idle, p50).
+``--baseline REV``: the same starts, alternating with starts whose runtime is ``sandbox/runtime.py``
+as of git revision REV (before and after in one run, under the same load); a table for each.
 
-Usage: python bench/bench_cold_reset.py [--resets 30] [--tasks FILE]
+Usage: python bench/bench_cold_reset.py [--resets 30] [--tasks FILE] [--baseline REV]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -45,8 +51,8 @@ from env_server.traces import TraceStore  # noqa: E402
 from task_factory.demo_task import demo_tasks_file  # noqa: E402
 from verifier.task import load_tasks  # noqa: E402
 
-PHASES = ("template", "tool view", "cgroup", "spawn", "jail + python", "init sent", "layers", "shell", "reply",
-          "handshake", "episode", "total")
+PHASES = ("template", "tool view", "cgroup", "spawn", "jail + python", "imports", "init sent", "layers", "shell",
+          "reply", "handshake", "episode", "total")
 
 
 class Timer:
@@ -77,7 +83,9 @@ class Timer:
             done = time.monotonic()
             timing = info.get("timing") or {}
             if {"main", "init_read", "layers", "ready"} <= set(timing) and "spawned" in self.now:
-                self.now["jail + python"] = timing["main"] - self.now["spawned"]
+                first = timing.get("started", timing["main"])  # the runtime's first statement
+                self.now["jail + python"] = first - self.now["spawned"]
+                self.now["imports"] = timing["main"] - first
                 self.now["init sent"] = max(0.0, timing["init_read"] - max(timing["main"], sent))
                 self.now["layers"] = timing["layers"] - timing["init_read"]
                 self.now["shell"] = timing["ready"] - timing["layers"]
@@ -100,29 +108,54 @@ class Timer:
         asyncio.create_subprocess_exec = self._spawn
 
 
-async def run(tasks, n: int, data: Path) -> list[dict[str, float]]:
+async def run(tasks, n: int, data: Path, runtimes: list[Path]) -> list[list[dict[str, float]]]:
+    """``n`` timed starts per runtime source, the sources taking turns start by start."""
     timer = Timer()
+    data.mkdir(parents=True, exist_ok=True)
     config = ServerConfig(tasks_path=None, data_dir=data)
     store = TraceStore(data)
-    laps = []
+    laps: list[list[dict[str, float]]] = [[] for _ in runtimes]
     try:
-        for i in range(n + len(tasks)):  # the first round over the tasks builds their templates: not counted
-            task = tasks[i % len(tasks)]
+        # the first round over the tasks builds their templates and compiles each runtime: not counted
+        for i in range((n + len(tasks)) * len(runtimes)):
+            which, k = i % len(runtimes), i // len(runtimes)
+            task = tasks[k % len(tasks)]
+            bwrap_module.RUNTIME_SCRIPT = runtimes[which]
             timer.now = {}
             t = time.perf_counter()
             episode, _ = await Episode.start(f"bench-{i}", task, store, config.sandbox, EpisodeConfig())
             total = time.perf_counter() - t
             await episode.close()
-            if i < len(tasks):
+            if k < len(tasks):
                 continue
-            lap = {k: v for k, v in timer.now.items() if k != "spawned"}
+            lap = {name: v for name, v in timer.now.items() if name != "spawned"}
             lap["total"] = total
-            lap["episode"] = total - sum(v for k, v in lap.items() if k != "total")
-            laps.append(lap)
+            lap["episode"] = total - sum(v for name, v in lap.items() if name != "total")
+            laps[which].append(lap)
             await asyncio.sleep(0.2)
     finally:
         timer.restore()
+        bwrap_module.RUNTIME_SCRIPT = runtimes[0]
     return laps
+
+
+def report(title: str, laps: list[dict[str, float]]) -> float:
+    print(f"\n{title}")
+    print(f"{'phase':14}{'p50 (ms)':>10}{'p90 (ms)':>10}{'share':>8}")
+    total = statistics.median(lap["total"] for lap in laps)
+    for phase in PHASES:
+        xs = [lap.get(phase, 0.0) for lap in laps]
+        print(f"{phase:14}{pct(xs, 0.5):>10.1f}{pct(xs, 0.9):>10.1f}{statistics.median(xs) / total:>8.0%}")
+    return pct([lap["total"] for lap in laps], 0.5)
+
+
+def runtime_at(rev: str, folder: Path) -> Path:
+    """``sandbox/runtime.py`` as of git revision ``rev``, written under ``folder``."""
+    source = subprocess.run(["git", "show", f"{rev}:sandbox/runtime.py"], cwd=ROOT, check=True,
+                            capture_output=True).stdout
+    path = folder / "runtime.py"
+    path.write_bytes(source)
+    return path
 
 
 def main() -> None:
@@ -130,18 +163,22 @@ def main() -> None:
     default_tasks = ROOT / ".cache/demo-tasks-v3/tasks.jsonl"
     parser.add_argument("--tasks", type=Path, default=default_tasks if default_tasks.exists() else None)
     parser.add_argument("--resets", type=int, default=30)
+    parser.add_argument("--baseline", metavar="REV",
+                        help="also time starts with the runtime of this git revision, alternating with the current")
     args = parser.parse_args()
     tasks = load_tasks(args.tasks or demo_tasks_file())
+    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     with tempfile.TemporaryDirectory(prefix="bench-cold-reset-") as tmp:
-        laps = asyncio.run(run(tasks, args.resets, Path(tmp)))
-    print(f"\ncold episode start on bwrap, {len(tasks)} tasks in turn, {len(laps)} starts, one at a time "
-          f"(pipe round trip now: {pipe_round_trip_us():.1f} us)")
-    print(f"{'phase':12}{'p50 (ms)':>10}{'p90 (ms)':>10}{'share':>8}")
-    total = statistics.median(lap["total"] for lap in laps)
-    for phase in PHASES:
-        xs = [lap.get(phase, 0.0) for lap in laps]
-        print(f"{phase:12}{pct(xs, 0.5):>10.1f}{pct(xs, 0.9):>10.1f}{statistics.median(xs) / total:>8.0%}")
-    p50 = pct([lap["total"] for lap in laps], 0.5)
+        runtimes = [bwrap_module.RUNTIME_SCRIPT]
+        if args.baseline:
+            runtimes.append(runtime_at(args.baseline, Path(tmp)))
+        laps = asyncio.run(run(tasks, args.resets, Path(tmp) / "data", runtimes))
+    print(f"\ncold episode start on bwrap, {len(tasks)} tasks in turn, {args.resets} starts per runtime, one at a "
+          f"time (load average before: {load}; after: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}; "
+          f"pipe round trip now: {pipe_round_trip_us():.1f} us)")
+    if args.baseline:
+        report(f"runtime of {args.baseline}", laps[1])
+    p50 = report("runtime of the working tree" if args.baseline else "the runtime", laps[0])
     print(f"target: cold start p50 at most 50 ms idle: {p50:.1f} ms  {'met' if p50 <= 50 else 'NOT met'}")
 
 
