@@ -541,6 +541,8 @@ def spawn_bash(env: dict, stdin_fd: int, stdout_fd: int, fd62: int, layer_fd=Non
     what ``subprocess.Popen(close_fds=True, pass_fds=(62,), preexec_fn=...)`` did, fork and exec
     without the module (a cold start's import). Raises OSError when bash cannot start, as Popen did:
     the child reports a failure on a close-on-exec pipe that exec closes."""
+    # where exec looks for bash: env's PATH (os.execvpe's search, without its import of `warnings`)
+    candidates = [os.path.join(d, "bash") for d in env.get("PATH", os.defpath).split(os.pathsep)]
     err_r, err_w = _pipe_above(62)  # close-on-exec, and clear of the fds placed below
     try:
         pid = os.fork()
@@ -570,7 +572,16 @@ def spawn_bash(env: dict, stdin_fd: int, stdout_fd: int, fd62: int, layer_fd=Non
                         os.close(fd)
                     except OSError:
                         pass
-            os.execvpe("bash", ["bash", "--noprofile", "--norc"], env)
+            first_error = last_error = None
+            for path in candidates:  # os.execvpe's loop: a missing one is skipped, any other error kept
+                try:
+                    os.execve(path, ["bash", "--noprofile", "--norc"], env)
+                except (FileNotFoundError, NotADirectoryError) as e:
+                    last_error = e
+                except OSError as e:
+                    last_error = e
+                    first_error = first_error or e
+            raise first_error or last_error or FileNotFoundError(errno.ENOENT, "no bash")
         except BaseException as e:  # noqa: BLE001 - reported to the parent
             try:
                 os.write(err_w, ("%d:%s: %s" % (getattr(e, "errno", None) or 0, type(e).__name__, e)).encode(
