@@ -23,7 +23,6 @@ import time
 
 STARTED = time.monotonic()  # (a built-in module: the first reading after the interpreter's own start)
 
-import binascii  # noqa: E402
 import ctypes  # noqa: E402
 import errno  # noqa: E402
 import os  # noqa: E402
@@ -38,7 +37,8 @@ except ImportError:  # an interpreter without it
 
 # Imported where needed, never at start (a cold start pays each import, docs/deploy.md): `re`
 # (with `enum`, ~10 ms) for the diff's patterns, `subprocess` for git, `shutil` for copies;
-# `json` and `base64` not at all: the C parts they wrap (`_json`, `binascii`) do the same work.
+# `json` and `base64` not at all: the C parts they wrap (`_json`; `binascii`, at the first file
+# read or write) do the same work.
 
 WORKSPACE = "/workspace"
 libc = ctypes.CDLL(None, use_errno=True)
@@ -765,12 +765,16 @@ _B64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789
 
 def b64encode(data: bytes) -> str:
     """base64.b64encode(data).decode("ascii")."""
+    import binascii
+
     return binascii.b2a_base64(data, newline=False).decode("ascii")
 
 
 def b64decode(s: object) -> bytes:
     """base64.b64decode(s, validate=True): the alphabet only, at most two "=" at the end, else
     ValueError (binascii.Error is one), TypeError for what is neither text nor bytes."""
+    import binascii
+
     if isinstance(s, str):
         try:
             s = s.encode("ascii")
