@@ -40,6 +40,13 @@ class TaskCheck(BaseModel):
     script_check: str | None = Field(None, description="the script check of the gold patch (docs/grading.md, "
                                      "guarantee 8): calls checked and FAIL_TO_PASS tests covered, or why none")
     infra: bool = Field(False, description="a sandbox failed: no verdict on the task (never cached)")
+    guess_bound: float | None = Field(None, description="the gold grading's chance that a blind guess at the "
+                                      "canaries (one member of each group forced to pass) scores (docs/grading.md, "
+                                      "guarantee 2)")
+    guess_bound_f2p: float | None = Field(None, description="the same over the FAIL_TO_PASS groups only: a guess "
+                                          "that first runs the members honestly")
+    script_checked: bool = Field(False, description="the gold grading's script check ran with at least one "
+                                 "checked call or plain test (guarantee 8: a forgery inside the test run fails it)")
 
     @property
     def ok(self) -> bool:
@@ -63,9 +70,12 @@ async def check_task(task: TaskInstance, config: SandboxConfig | None = None) ->
         errors.append(f"empty diff passes: its {len(empty.fail_to_pass)} FAIL_TO_PASS test(s) pass without a fix")
     if empty.error_source == "infra":
         errors.append(f"empty: {empty.error}")
+    check = gold.script_check or {}
     return TaskCheck(gold_reward=gold.reward, empty_reward=empty.reward, error="; ".join(errors) or None,
                      script_check=script_check_summary(gold.script_check),
-                     infra="infra" in (gold.error_source, empty.error_source))
+                     infra="infra" in (gold.error_source, empty.error_source),
+                     guess_bound=gold.guess_bound, guess_bound_f2p=gold.guess_bound_f2p,
+                     script_checked=bool(check.get("ran") and (check.get("checked_calls") or check.get("tests_checked"))))
 
 
 def check_record(record: TaskRecord, root: Path, backend: str, verdicts: VerdictCache) -> str | None:

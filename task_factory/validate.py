@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 from sandbox import DEFAULT_BACKEND
 from sandbox.git import run_git
 from sandbox.models import SandboxConfig
+from verifier.canary import TARGET_BOUND
 from verifier.task import load_tasks
 
 from . import gitrepo, reproducer
@@ -42,11 +43,21 @@ class ValidationRow(BaseModel):
     script_check: str | None = Field(None, description="the script check of the gold patch (docs/grading.md, guarantee 8): "
                                "calls checked and FAIL_TO_PASS tests covered, or why none")
     duration_s: float = 0.0
+    guess_bound: float | None = Field(None, description="a blind guess at the canaries scores with this chance "
+                                      "(the gold grading's plan; docs/grading.md, guarantee 2)")
+    guess_bound_f2p: float | None = Field(None, description="a guess that first runs the members honestly")
+    script_checked: bool = Field(False, description="the script check covers the task (guarantee 8)")
 
     @property
     def ok(self) -> bool:
         return (self.error is None and self.statement_error is None and self.gold_reward == 1.0
                 and self.empty_reward == 0.0)
+
+    @property
+    def unguarded(self) -> bool:
+        """A guess that runs the members first scores over TARGET_BOUND and no script check stands behind
+        the test run: such a task's reward rests on the canaries alone."""
+        return not self.script_checked and (self.guess_bound_f2p or 0.0) > TARGET_BOUND
 
 
 class ValidationReport(BaseModel):
@@ -61,16 +72,26 @@ class ValidationReport(BaseModel):
     def table(self) -> str:
         """A fixed-width table, one line per task, and a closing 'N passed, N failed' line."""
         width = max([len("instance_id")] + [len(r.instance_id) for r in self.rows])
-        head = f"{'instance_id':<{width}}  gold  empty  ok   secs  script check            error"
+        head = (f"{'instance_id':<{width}}  gold  empty  ok   secs  script check            "
+                "guess: blind / f2p  error")
         lines = [head, "-" * len(head)]
         for r in self.rows:
             g = "-" if r.gold_reward is None else f"{r.gold_reward:.2f}"
             e = "-" if r.empty_reward is None else f"{r.empty_reward:.2f}"
             why = "; ".join(filter(None, [r.error, r.statement_error and f"statement: {r.statement_error}"]))
+            guess = "-" if r.guess_bound is None else f"{_percent(r.guess_bound)} / {_percent(r.guess_bound_f2p)}"
             lines.append(f"{r.instance_id:<{width}}  {g:>4}  {e:>5}  {'yes' if r.ok else 'NO':<3} "
-                         f"{r.duration_s:5.1f}  {(r.script_check or '-')[:22]:<22}  {why}".rstrip())
+                         f"{r.duration_s:5.1f}  {(r.script_check or '-')[:22]:<22}  {guess:<18} {why}".rstrip())
         good = sum(r.ok for r in self.rows)
         lines.append(f"validate ({self.backend}): {good} passed, {len(self.rows) - good} failed")
+        blind = [r.instance_id for r in self.rows if (r.guess_bound or 0.0) > TARGET_BOUND]
+        if blind:
+            lines.append(f"a blind guess at the canaries scores over {_percent(TARGET_BOUND)} on {len(blind)}: "
+                         + ", ".join(blind))
+        unguarded = [r.instance_id for r in self.rows if r.ok and r.unguarded]
+        if unguarded:
+            lines.append(f"rests on the canaries alone (no script check; a guess that runs the members first scores "
+                         f"over {_percent(TARGET_BOUND)}) on {len(unguarded)}: " + ", ".join(unguarded))
         return "\n".join(lines)
 
 
@@ -108,10 +129,19 @@ async def validate_file(path: str | Path, backend: str = DEFAULT_BACKEND, concur
             return ValidationRow(instance_id=task.instance_id, gold_reward=checked.gold_reward,
                                  empty_reward=checked.empty_reward, error=checked.error,
                                  statement_error=statement, script_check=checked.script_check,
-                                 duration_s=round(time.monotonic() - t0, 2))
+                                 duration_s=round(time.monotonic() - t0, 2), guess_bound=checked.guess_bound,
+                                 guess_bound_f2p=checked.guess_bound_f2p, script_checked=checked.script_checked)
 
     rows = await asyncio.gather(*(one(t) for t in tasks))
     return ValidationReport(backend=config.backend_name, rows=list(rows), duration_s=round(time.monotonic() - start, 2))
+
+
+def _percent(p: float | None) -> str:
+    """0.0123 -> "1.2%", 1e-5 -> "0.001%" (two significant digits)."""
+    if p is None:
+        return "-"
+    v = p * 100
+    return f"{v:.0f}%" if v >= 10 else f"{v:.2g}%"
 
 
 # -- the statement check (host-side: a user's script run with the task's venv) ----------------

@@ -175,6 +175,16 @@ def test_rebuild_with_the_same_seed_is_identical_and_cached(pack: Path, tmp_path
 def test_validate_through_the_real_grading_path_with_bwrap(pack: Path) -> None:
     result = asyncio.run(validate_file(pack, backend="bwrap"))
     assert result.ok, result.table()
+    # every row measures what a forgery would need: the chance a guess at its canaries scores (blind, and
+    # after running the members), and whether the script check stands behind the test run
+    table = result.table()
+    for row in result.rows:
+        assert row.guess_bound is not None and 0 < row.guess_bound <= row.guess_bound_f2p <= 1, row
+        assert row.script_checked == (not (row.script_check or "").startswith("none")), row
+        line = next(line for line in table.splitlines() if line.startswith(row.instance_id))
+        assert " / " in line and "%" in line, line
+    flagged = [r.instance_id for r in result.rows if r.guess_bound > 0.01]
+    assert ("a blind guess at the canaries scores over 1%" in table) == bool(flagged), table
 
 
 def test_a_package_short_of_its_quota_is_made_up_by_the_others(tmp_path: Path) -> None:
