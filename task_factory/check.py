@@ -7,6 +7,12 @@ task factory has no grader of its own. For speed, the two gradings of a task run
 own sandbox, from the one template the sandbox prepares per repository and commit), ``validate``
 checks several tasks at once, and ``build``/``mine`` cache each check by the task's content and the
 grader's version (``check_record``), so a rebuild grades nothing.
+
+A task the factory writes must also be *guarded* (``check_record``): either the script check
+(docs/grading.md, guarantee 8) stands behind its test run, or a guess at its canaries that first runs
+the members honestly scores with at most ``TARGET_BOUND`` (1%). A task whose reward would rest on
+canaries a member-running guess beats more often than that is not written (``validate`` names such
+tasks of any file).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from pydantic import BaseModel, Field
 from sandbox import DEFAULT_BACKEND, backend_names
 from sandbox.models import SandboxConfig
 from verifier import GRADER_VERSION, GradeCache, TaskInstance, TaskRecord, grade_submission
+from verifier.canary import TARGET_BOUND
 
 from .sources import TaskgenError
 from .verdicts import VerdictCache, digest
@@ -52,6 +59,20 @@ class TaskCheck(BaseModel):
     def ok(self) -> bool:
         return self.error is None and self.gold_reward == 1.0 and self.empty_reward == 0.0
 
+    @property
+    def unguarded(self) -> str | None:
+        """Why the reward would rest on the canaries alone with a member-running guess over TARGET_BOUND
+        (None: guarded)."""
+        if self.script_checked or self.guess_bound_f2p is None or self.guess_bound_f2p <= TARGET_BOUND:
+            return None
+        return (f"unguarded: no script check stands behind the test run ({self.script_check or 'none'}) and a "
+                f"guess at the canaries that first runs their members scores with {self.guess_bound_f2p:.2g} "
+                f"(over {TARGET_BOUND:g}; docs/grading.md, guarantees 2 and 8)")
+
+
+#: bumped when what the check demands changes (cached verdicts of an older check are not reused)
+CHECK_VERSION = 2
+
 
 async def check_task(task: TaskInstance, config: SandboxConfig | None = None) -> TaskCheck:
     """Grade ``task``'s gold patch and an empty diff with the verifier (both at once); the check holds
@@ -80,11 +101,11 @@ async def check_task(task: TaskInstance, config: SandboxConfig | None = None) ->
 
 def check_record(record: TaskRecord, root: Path, backend: str, verdicts: VerdictCache) -> str | None:
     """Why the task ``record`` (paths relative to ``root``) fails its check with ``backend`` (None: it
-    holds), cached in ``verdicts`` by the task's content and the grader's version. Raises TaskgenError
+    holds: gold 1.0, empty 0.0, and guarded: ``TaskCheck.unguarded``), cached in ``verdicts`` by the task's content and the grader's version. Raises TaskgenError
     when the sandbox fails (no verdict on the task: nothing cached)."""
     graded = [record.instance_id, record.base_commit, record.patch, record.test_patch, *record.FAIL_TO_PASS, "|",
               *record.PASS_TO_PASS, record.test_cmd or "", record.log_parser or ""]
-    key = f"check-{backend}-" + digest(GRADER_VERSION, *graded)
+    key = f"check-{backend}-" + digest(GRADER_VERSION, CHECK_VERSION, *graded)
     cached = verdicts.load(key)
     if cached is None:
         task = TaskInstance.model_validate(record.model_dump()).resolved(root)
@@ -92,7 +113,7 @@ def check_record(record: TaskRecord, root: Path, backend: str, verdicts: Verdict
         if result.infra:
             raise TaskgenError(f"the {backend} sandbox failed while checking {record.instance_id} "
                                f"(--check {NO_CHECK} writes tasks unchecked): {result.error}")
-        cached = {"error": result.error}
+        cached = {"error": result.error or (result.unguarded if result.ok else None)}
         verdicts.store(key, cached)
     return cached["error"]
 

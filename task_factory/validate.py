@@ -47,17 +47,13 @@ class ValidationRow(BaseModel):
                                       "(the gold grading's plan; docs/grading.md, guarantee 2)")
     guess_bound_f2p: float | None = Field(None, description="a guess that first runs the members honestly")
     script_checked: bool = Field(False, description="the script check covers the task (guarantee 8)")
+    unguarded: str | None = Field(None, description="why the task's reward rests on its canaries alone "
+                                  "(``TaskCheck.unguarded``; the factory writes no such task)")
 
     @property
     def ok(self) -> bool:
         return (self.error is None and self.statement_error is None and self.gold_reward == 1.0
                 and self.empty_reward == 0.0)
-
-    @property
-    def unguarded(self) -> bool:
-        """A guess that runs the members first scores over TARGET_BOUND and no script check stands behind
-        the test run: such a task's reward rests on the canaries alone."""
-        return not self.script_checked and (self.guess_bound_f2p or 0.0) > TARGET_BOUND
 
 
 class ValidationReport(BaseModel):
@@ -130,7 +126,8 @@ async def validate_file(path: str | Path, backend: str = DEFAULT_BACKEND, concur
                                  empty_reward=checked.empty_reward, error=checked.error,
                                  statement_error=statement, script_check=checked.script_check,
                                  duration_s=round(time.monotonic() - t0, 2), guess_bound=checked.guess_bound,
-                                 guess_bound_f2p=checked.guess_bound_f2p, script_checked=checked.script_checked)
+                                 guess_bound_f2p=checked.guess_bound_f2p, script_checked=checked.script_checked,
+                                 unguarded=checked.unguarded)
 
     rows = await asyncio.gather(*(one(t) for t in tasks))
     return ValidationReport(backend=config.backend_name, rows=list(rows), duration_s=round(time.monotonic() - start, 2))
