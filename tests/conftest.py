@@ -1,7 +1,7 @@
 """Suite-wide: the ``bwrap`` fixture, and under CI no test may skip but for a missing GPU.
 
-tests/ goes on sys.path (for ``requirements`` and ``taskpack``). See requirements.py for
-``missing(part, reason)``, which fails (CI / SWE_REQUIRE_<PART>=1) or skips a test.
+The suite's helpers are the package tests/support (``support``; see its docstring for where
+helpers live and how they are named). See support/requirements.py for ``missing(part, reason)``, which fails (CI / SWE_REQUIRE_<PART>=1) or skips a test.
 
 Under ``CI=true`` a skip from anywhere else (a ``skipif`` marker, a ``pytest.skip`` in
 a file that does not use ``missing``, a module-level skip) is turned into a failure
@@ -13,18 +13,12 @@ summary lists the skips and their reasons.
 from __future__ import annotations
 
 import shutil
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
+from support.requirements import GPU_REASON, in_ci, missing
 
-if str(Path(__file__).parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).parent))
-
-from requirements import GPU_REASON, in_ci, missing  # noqa: E402
-
-pytest_plugins = ["timing"]  # durations kept in tests/durations.json, the slow marker, longest files first
+pytest_plugins = ["support.timing"]  # durations kept in tests/durations.json, the slow marker, longest files first
 
 _CI_SKIP = "CI=true: only a missing GPU may skip a test, but this one skipped: "
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from serverlib import RunningServer, run_server  # tests/ is on sys.path (tests/conftest.py)
+from support.servers import RunningServer, run_server
 
 from env_server.config import ServerConfig
 from task_factory.demo_task import demo_tasks_file

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from requirements import missing
+from support.requirements import missing
 
 from .conftest import INSTANCE
 
@@ -131,7 +131,7 @@ def test_client_extra_alone_runs_an_evaluation(server, demo_tasks, tmp_path):
     the gold patch, runs from the project venv as its own process): every episode resolved, no
     torch or transformers anywhere, and the report written without matplotlib (no plot).
     The same command from the project venv, where torch is installed, imports none of it either."""
-    from tests.evaluation.policy_double import PolicyDouble
+    from support.policy_double import PolicyDouble
 
     python = client_venv()
     tasks_file, tasks = demo_tasks

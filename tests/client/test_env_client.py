@@ -8,7 +8,7 @@ import json
 import time
 
 import pytest
-from trainer.doubles import MuxServerDouble, free_port  # tests/ is on sys.path (tests/conftest.py)
+from support.mux_double import MuxServerDouble, free_port
 
 from env_client import (ClientConfig, EnvAuthError, EnvCapacityError, EnvConnectionError, EnvSessionError,
                         EnvTimeoutError, MuxConnection, NoLiveReplicaError, RemoteSession, ReplicaPool, mux_url,

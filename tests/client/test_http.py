@@ -7,7 +7,7 @@ import asyncio
 import logging
 
 import pytest
-from serverlib import free_port
+from support.servers import free_port
 
 from contract import StateRecord
 from env_client import (AsyncHttpClient, ClientConfig, EnvAuthError, EnvClient, EnvConnectionError, EnvNotFoundError,

@@ -7,7 +7,7 @@ import asyncio
 import time
 
 import pytest
-from serverlib import free_port
+from support.servers import free_port
 
 from env_client import (ClientConfig, EnvAuthError, EnvCapacityError, EnvClient, EnvConnectionError, EnvNotFoundError,
                         EnvRequestError, EnvSessionError, EnvTimeoutError, RemoteSession, ReplicaPool, WsSession,

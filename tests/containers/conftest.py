@@ -1,7 +1,6 @@
 """tests/containers: the Docker image, compose and cluster-manifest tests.
 
-Puts this folder and tests/ on sys.path (for ``containers_lib`` and ``taskpack``), and holds
-the fixtures several modules share: the engine, the compose binary, the offline-built env
+Holds the fixtures several modules share: the engine, the compose binary, the offline-built env
 image and the small real task pack (session-scoped: built once per run).
 """
 
@@ -11,18 +10,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-
-HERE = Path(__file__).resolve().parent
-for path in (HERE, HERE.parent):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-from containers_lib import ENV_UID, ROOT, TIMINGS, compose_command, unavailable  # noqa: E402
+from containers_support import ENV_UID, ROOT, TIMINGS, compose_command, unavailable
 
 
 @pytest.fixture(scope="session")
@@ -59,7 +51,7 @@ def env_image(engine) -> str:
 @pytest.fixture(scope="session")
 def task_pack(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
     """A copy of the small real task pack owned by the container's uid (git checks owners)."""
-    from taskpack import build_small_pack
+    from support.taskpacks import build_small_pack
 
     src = build_small_pack(3).parent
     dest = tmp_path_factory.mktemp("pack") / "pack"

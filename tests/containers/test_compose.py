@@ -23,7 +23,7 @@ import httpx
 import pytest
 import yaml
 
-from containers_lib import (
+from containers_support import (
     COMPOSE_FILE, ENV_UID, ROOT, TIMINGS, container_ips, free_port_pair, host_port, project_objects, wait_healthy,
 )
 

@@ -28,7 +28,7 @@ import uuid
 import httpx
 import pytest
 
-from containers_lib import ENV_UID, PROJECT_LABEL, ROOT, wait_healthy
+from containers_support import ENV_UID, PROJECT_LABEL, ROOT, wait_healthy
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from containers_lib import ROOT
-from requirements import missing
+from containers_support import ROOT
+from support.requirements import missing
 
 K8S_DIR = ROOT / "deploy" / "kubernetes"
 K8S_VERSION = "1.30.0"  # the oldest we claim (appArmorProfile is a 1.30 field)

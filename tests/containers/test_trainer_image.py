@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from containers_lib import COMPOSE_FILE, ENV_UID, ROOT, TIMINGS, free_port_pair, wait_healthy
+from containers_support import COMPOSE_FILE, ENV_UID, ROOT, TIMINGS, free_port_pair, wait_healthy
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1800)]
 

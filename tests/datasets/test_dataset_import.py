@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from requirements import missing
+from support.requirements import missing
 
 from task_factory.datasets import ReadError, import_files
 from verifier.task import load_tasks

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from requirements import missing
+from support.requirements import missing
 
 from task_factory.datasets.patches import PatchError, new_files_patch, reverse_patch
 

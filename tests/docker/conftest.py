@@ -1,7 +1,7 @@
 """Fixtures of the docker backend's own tests (a real engine and the real image).
 
 Without an engine or the sandbox image these tests skip, unless CI=true or
-``SWE_REQUIRE_DOCKER=1`` turns that into a failure (tests/requirements.py). After every
+``SWE_REQUIRE_DOCKER=1`` turns that into a failure (tests/support/requirements.py). After every
 test no sandbox container created during it may be left.
 """
 
@@ -12,8 +12,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from docker_testlib import sandbox_containers, wait_gone
-from requirements import docker_engine_client, missing
+from docker_support import sandbox_containers, wait_gone
+from support.requirements import docker_engine_client, missing
 
 from sandbox import DockerBackend, SandboxConfig, WorkspaceSpec
 

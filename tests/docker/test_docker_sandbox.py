@@ -12,7 +12,7 @@ import textwrap
 import time
 
 import pytest
-from docker_testlib import sandbox_containers, wait_gone
+from docker_support import sandbox_containers, wait_gone
 
 from sandbox import CommandStatus, SandboxClosed, SandboxStartError, open_sandbox
 from sandbox.docker import ExecStream, reap_containers

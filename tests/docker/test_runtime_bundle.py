@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from requirements import missing
+from support.requirements import missing
 
 from sandbox import SandboxConfig, open_sandbox
 from verifier import grade_submission

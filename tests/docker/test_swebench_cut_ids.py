@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 
 import pytest
-from layoutlib import import_rows, layout_module
+from support.layouts import import_rows, layout_module
 
 from task_factory.cli import main as task_factory_cli
 from verifier.task import TaskInstance, load_tasks

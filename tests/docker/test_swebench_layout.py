@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 import websockets
-from layoutlib import import_rows, layout_module
-from serverlib import call, run_server, tool
+from support.layouts import import_rows, layout_module
+from support.servers import call, run_server, tool
 
 from sandbox import SandboxConfig, open_sandbox
 from task_factory.cli import main as task_factory_cli

@@ -18,7 +18,7 @@ A command added to the docs and in no table fails the test, and so does a table 
 longer hold: nothing is skipped silently.
 
 Inputs a fresh clone would have made by commands that are NOT run (`task-factory mine` needs the
-package index and minutes): `data/tasks` is tests/taskpack.py's small pack (three real
+package index and minutes): `data/tasks` is tests/support/taskpacks.py's small pack (three real
 synthetic-mutation tasks, what `task-factory build` makes), `data/synth` its idna task.
 """
 
@@ -102,7 +102,7 @@ def doc_commands(raw: bool = False) -> list[tuple[str, str]]:
 
 
 # ---------------------------------------------------------------- the tables
-EVAL = "tests/evaluation/policy_double.py"
+EVAL = "tests/support/policy_double.py"
 
 RUN = [
     ".venv/bin/task-factory import verified.parquet --out data/swebench",
@@ -200,7 +200,7 @@ ELSEWHERE = {
 }
 
 GPU = "a GPU trainer (tests/trainer/test_memory_estimate.py checks its --dry-run)"
-INDEX = "the package index and minutes (tests/taskpack.py runs the same builders into .cache/taskpack)"
+INDEX = "the package index and minutes (tests/support/taskpacks.py runs the same builders into .cache/taskpack)"
 ELIDED = "an elided line (`...` stands for the options of the line above it)"
 
 
@@ -306,7 +306,7 @@ def test_the_extraction_finds_commands_and_skips_prose(tmp_path, monkeypatch):
 def _clone(tmp: Path) -> Path:
     """A folder laid out like a fresh checkout for the docs' relative paths (links to this one's parts),
     with the inputs the NOT_RUN builders would have made (see the module's docstring)."""
-    from taskpack import build_small_pack
+    from support.taskpacks import build_small_pack
 
     pack = build_small_pack(3).parent
     clone = tmp / "clone"
@@ -355,7 +355,7 @@ class Servers:
         check.append(ready[0])
 
     def double(self, tasks: Path, log_dir: Path) -> None:
-        from tests.evaluation.policy_double import PolicyDouble
+        from support.policy_double import PolicyDouble
 
         if self.model is None:
             self.model = PolicyDouble(tasks, "gold", log_dir)
@@ -381,8 +381,6 @@ def substitute(command: str, line: str, servers: Servers) -> str:
 
 
 def test_documented_commands_run_as_written(tmp_path):
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))  # tests.evaluation.policy_double
     clone = _clone(tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME", "ENV_SERVER_TOKEN")}
     env["PATH"] = f"{ROOT / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"  # the venv activated

@@ -32,7 +32,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from requirements import missing
+from support.requirements import missing
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").rglob("*.md") if "frameworks" not in p.parts)]

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import httpx
-from serverlib import run_server
+from support.servers import run_server
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 

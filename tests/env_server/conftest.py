@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from envlib import run_server
+from env_support import run_server
 
 from env_server.config import ServerConfig
 from env_server.episode import EpisodeConfig

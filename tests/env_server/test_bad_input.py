@@ -6,7 +6,7 @@ import json
 
 import httpx
 import websockets
-from envlib import requires_sandbox, run
+from env_support import requires_sandbox, run
 from test_ws import call, tool
 
 pytestmark = requires_sandbox

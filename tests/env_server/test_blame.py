@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from envlib import requires_sandbox, run
+from env_support import requires_sandbox, run
 
 from contract import CallToolAction
 from env_server.episode import Episode, EpisodeConfig

@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator
 import httpx
 import pytest
 import websockets
-from envlib import call, requires_sandbox, run, tool
+from env_support import call, requires_sandbox, run, tool
 
 from env_client.local_server import local_env_server
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from envlib import requires_sandbox, run
+from env_support import requires_sandbox, run
 
 pytestmark = requires_sandbox
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "agent_loop.py"

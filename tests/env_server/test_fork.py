@@ -9,7 +9,7 @@ import json
 
 import httpx
 import websockets
-from envlib import call, requires_sandbox, run, tool
+from env_support import call, requires_sandbox, run, tool
 
 from env_server.episode import EpisodeConfig
 

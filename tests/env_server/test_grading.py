@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from envlib import requires_sandbox, run
+from env_support import requires_sandbox, run
 
 from sandbox import SandboxConfig
 from verifier import GradeCache, grade_submission

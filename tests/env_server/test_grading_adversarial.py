@@ -1,4 +1,4 @@
-"""No reward without a fix: every attempt of ``grading_attacks`` is a real episode over the real server.
+"""No reward without a fix: every attempt of ``grading_attacks_support`` is a real episode over the real server.
 
 For each sandbox backend and each kind of task (the demo task, whose tests are hidden
 in ``test_patch``; a built task of the small pack, whose tests are in the workspace; a mined
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 import websockets
-from envlib import docker_or_fail, requires_sandbox, run_server
-from grading_attacks import Ctx, attacks, bash_script
-from grading_attacks_r2 import attacks_r2, bash_script_r2
-from grading_attacks_r3 import attacks_r3, gold_source
+from env_support import docker_or_fail, requires_sandbox, run_server
+from grading_attacks_support import Ctx, attacks, bash_script
+from grading_attacks_r2_support import attacks_r2, bash_script_r2
+from grading_attacks_r3_support import attacks_r3, gold_source
 
 from env_server.config import ServerConfig
 from env_server.episode import EpisodeConfig
@@ -107,11 +107,7 @@ def _campaign(backend: str, tasks_path: Path, data_dir: Path) -> dict[tuple[str,
 
 
 def _tasks_file(tmp: Path, demo_tasks_path: Path, backend: str) -> Path:
-    import sys
-
-    if str(Path(__file__).parents[1]) not in sys.path:  # tests/ (taskpack), after the project
-        sys.path.append(str(Path(__file__).parents[1]))
-    from taskpack import load_small_pack, mined_pack_or_missing
+    from support.taskpacks import load_small_pack, mined_pack_or_missing
 
     def resolved_all(tasks_path: Path) -> list[dict]:
         rows = [json.loads(line) for line in tasks_path.read_text().splitlines() if line.strip()]

@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from taskpack import build_small_pack, mined_pack_or_missing
+from support.taskpacks import build_small_pack, mined_pack_or_missing
 
 from task_factory.demo_task import demo_tasks_file
 from verifier.canary import TARGET_BOUND, CanaryPlan, function_id, plan_canaries, support_pathspecs

@@ -18,8 +18,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from envlib import requires_sandbox, run
-from requirements import require_module
+from env_support import requires_sandbox, run
+from support.requirements import require_module
 
 from sandbox import SandboxConfig
 from verifier import GradeCache, grade_submission, harness, pytest_log

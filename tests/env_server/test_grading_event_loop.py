@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 import websockets
-from envlib import call, requires_sandbox, tool
+from env_support import call, requires_sandbox, tool
 
 from env_client.processes import stop_process_group
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import httpx
 import pytest
 import websockets
-from envlib import call, requires_sandbox, run, tool
+from env_support import call, requires_sandbox, run, tool
 from test_hack_metrics import _samples
 
 FIX = dict(path="six.py", old='return s.encode("utf-8")', new='return s.encode("latin-1")')

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from requirements import require_module
+from support.requirements import require_module
 
 from verifier import harness, offload, pytest_log
 from verifier.runner_config import _safe_addopts

@@ -12,7 +12,7 @@ import asyncio
 
 import httpx
 import websockets
-from envlib import call, requires_sandbox, run, tool
+from env_support import call, requires_sandbox, run, tool
 
 from env_client import ClientConfig, EnvGraderBusyError, WsSession
 

@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from envlib import requires_sandbox, run
+from env_support import requires_sandbox, run
 
 from sandbox import SandboxConfig
 from verifier import GradeCache, grade_submission

@@ -10,26 +10,24 @@ the command line) passes its tests honestly and is still scored 0 by the script 
 from __future__ import annotations
 
 import random
-import sys
 from pathlib import Path
 
 import pytest
-from envlib import docker_or_fail, requires_sandbox, run
+from env_support import docker_or_fail, requires_sandbox, run
 
 from sandbox import SandboxConfig
 from verifier import script_check
 from verifier.grade import GradeCache, grade_submission
 from verifier.task import TaskInstance
 
-from grading_attacks_r3 import GATES, _gated, gold_source
+from grading_attacks_r3_support import GATES, _gated, gold_source
 
 pytestmark = [requires_sandbox, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
 def built_task() -> TaskInstance:
-    sys.path.append(str(Path(__file__).parents[1]))
-    from taskpack import load_small_pack
+    from support.taskpacks import load_small_pack
 
     return TaskInstance.model_validate(load_small_pack(3)[0])
 

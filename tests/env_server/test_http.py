@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 import websockets
-from envlib import requires_sandbox, run
+from env_support import requires_sandbox, run
 from test_ws import call, tool
 
 from env_client.local_server import local_env_server

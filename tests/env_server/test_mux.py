@@ -7,7 +7,7 @@ import json
 import time
 
 import websockets
-from envlib import requires_sandbox, run, tool
+from env_support import requires_sandbox, run, tool
 
 pytestmark = requires_sandbox
 

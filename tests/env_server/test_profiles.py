@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import httpx
 import websockets
-from envlib import call, requires_sandbox, run, tool
+from env_support import call, requires_sandbox, run, tool
 
 from contract import SUBMIT_SENTINEL, format_tool_output, get_profile
 from env_server.episode import EpisodeConfig

@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 
 import httpx
-from envlib import requires_sandbox
+from env_support import requires_sandbox
 
 from env_server.cli import ready_line
 from env_server.config import ServerConfig

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import websockets
-from envlib import call, requires_sandbox, run, run_server, tool
+from env_support import call, requires_sandbox, run, run_server, tool
 
 from env_server.config import ServerConfig
 from env_server.episode import EpisodeConfig

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 import websockets
-from envlib import call, requires_sandbox, run, tool
+from env_support import call, requires_sandbox, run, tool
 from pydantic import BaseModel, ConfigDict, Field
 
 from contract import PROFILES, Tool, ToolProfile, get_profile, register_profile

@@ -9,7 +9,7 @@ import asyncio
 import time
 
 import websockets
-from envlib import call, requires_sandbox, run, tool
+from env_support import call, requires_sandbox, run, tool
 
 pytestmark = requires_sandbox
 

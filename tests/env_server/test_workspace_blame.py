@@ -14,19 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import shlex
-import sys
-from pathlib import Path
 
 import pytest
-from envlib import requires_sandbox, run
+from env_support import requires_sandbox, run
+from support.diff_states import HELD, STATES  # the same states, sandbox-level
 
 from contract import CallToolAction
 from env_server.episode import Episode, EpisodeConfig
 from env_server.traces import TraceStore, fork_point
 from sandbox import DiffUnreadable, DockerBackend, SandboxConfig
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "sandbox"))
-from test_diff_states import HELD, STATES  # noqa: E402  (the same states, sandbox-level)
 
 pytestmark = [requires_sandbox, pytest.mark.timeout(900)]
 
@@ -47,7 +43,7 @@ SUBMIT = CallToolAction(tool_name="submit", arguments={})
 @pytest.fixture(scope="module", params=["bwrap", pytest.param("docker", marks=pytest.mark.docker)])
 def backend(request) -> str:
     if request.param == "docker":
-        from requirements import missing
+        from support.requirements import missing
 
         try:
             from sandbox.docker import docker_client

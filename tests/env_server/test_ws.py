@@ -8,7 +8,7 @@ import time
 
 import pytest
 import websockets
-from envlib import call, requires_sandbox, run, tool
+from env_support import call, requires_sandbox, run, tool
 
 pytestmark = requires_sandbox
 

@@ -1,7 +1,7 @@
 """Fixtures of the evaluation tests: a small pack of real tasks whose gold patch passes, and one
 real env server (bwrap sandbox, real HTTP) shared by the session.
 
-The policy is always a test double (policy_double.py: an OpenAI-compatible server in its own
+The policy is always a test double (tests/support/policy_double.py: an OpenAI-compatible server in its own
 process), never a model; everything else (env server, sandbox, grading, the evaluator, the
 `trainer-client` command) is the real thing. tests/evaluation/ is deliberately not a package:
 as one it would be imported as `evaluation` (tests/ is on sys.path) and hide the real package.
@@ -14,14 +14,14 @@ import json
 from pathlib import Path
 
 import pytest
-from requirements import missing
+from support.requirements import missing
 
 
 @pytest.fixture(scope="session")
 def pack_tasks_file() -> Path:
-    """tests/taskpack.py's small pack (three real tasks of three repositories). Where the builder
+    """tests/support/taskpacks.py's small pack (three real tasks of three repositories). Where the builder
     cannot make it: fail under CI / SWE_REQUIRE_TASKPACK=1, skip otherwise (tests/trainer's rule)."""
-    from taskpack import build_small_pack
+    from support.taskpacks import build_small_pack
 
     from task_factory.sources import TaskgenError
 
@@ -73,7 +73,7 @@ def gold_rows(gold_tasks_file: Path) -> list[dict]:
 @pytest.fixture(scope="session")
 def env_server(gold_tasks_file: Path, tmp_path_factory: pytest.TempPathFactory):
     """One real env server (bwrap) on the gold tasks, shared by the session."""
-    from evalkit import start_server
+    from eval_support import start_server
 
     server = start_server(gold_tasks_file, tmp_path_factory.mktemp("env-data"))
     yield server

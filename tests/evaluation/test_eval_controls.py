@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
-from evalkit import MODEL, plain, report, result_lines, run_eval, server_states, trainer_client
-from policy_double import PolicyDouble
+from eval_support import MODEL, plain, report, result_lines, run_eval, server_states, trainer_client
+from support.policy_double import PolicyDouble
 
 from env_client import read_jsonl, sft_examples
 from env_client.processes import free_port

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from evalkit import MODEL, report, result_lines, start_server, trainer_client
-from policy_double import PolicyDouble
+from eval_support import MODEL, report, result_lines, start_server, trainer_client
+from support.policy_double import PolicyDouble
 
 from env_client import read_jsonl, read_parquet
 from env_client.processes import free_port, signal_group

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import uvicorn
-from evalkit import report, result_lines, run_eval
+from eval_support import report, result_lines, run_eval
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from serverlib import free_port, serve_in_thread
+from support.servers import free_port, serve_in_thread
 
 from env_client import read_jsonl
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 import uvicorn
-from evalkit import result_lines, start_server, trainer_client
+from eval_support import result_lines, start_server, trainer_client
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
-from policy_double import PolicyDouble
-from serverlib import free_port, serve_in_thread
+from support.policy_double import PolicyDouble
+from support.servers import free_port, serve_in_thread
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evalkit import report, result_lines, run_eval
-from policy_double import PolicyDouble
+from eval_support import report, result_lines, run_eval
+from support.policy_double import PolicyDouble
 
 
 def test_reward_hacking_and_suspicious_counts(env_url: str, gold_tasks_file: Path, gold_rows, tmp_path: Path):

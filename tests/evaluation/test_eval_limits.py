@@ -10,8 +10,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from evalkit import result_lines, run_eval, start_server
-from policy_double import PolicyDouble
+from eval_support import result_lines, run_eval, start_server
+from support.policy_double import PolicyDouble
 
 from env_client import read_jsonl
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from evalkit import result_lines, server_states, trainer_client
-from policy_double import PolicyDouble
+from eval_support import result_lines, server_states, trainer_client
+from support.policy_double import PolicyDouble
 
 from env_client import read_jsonl
 

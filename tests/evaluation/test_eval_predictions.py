@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from evalkit import report, result_lines, run_eval, start_server
-from policy_double import PolicyDouble
+from eval_support import report, result_lines, run_eval, start_server
+from support.policy_double import PolicyDouble
 from swebench.harness.utils import get_predictions_from_file
 
 from evaluation import EpisodeResult, EvalConfig, finish

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evalkit import result_lines, trainer_client
-from policy_double import PolicyDouble
+from eval_support import result_lines, trainer_client
+from support.policy_double import PolicyDouble
 
 from contract import SUBMIT_SENTINEL, get_profile
 

@@ -9,8 +9,8 @@ import threading
 import time
 from pathlib import Path
 
-from evalkit import result_lines, run_eval, start_server
-from policy_double import PolicyDouble
+from eval_support import result_lines, run_eval, start_server
+from support.policy_double import PolicyDouble
 
 from env_client.processes import signal_group
 

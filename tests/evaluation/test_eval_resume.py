@@ -12,8 +12,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from evalkit import ROOT, cli_argv, cli_env, report, result_lines, trainer_client
-from policy_double import PolicyDouble
+from eval_support import ROOT, cli_argv, cli_env, report, result_lines, trainer_client
+from support.policy_double import PolicyDouble
 
 from env_client import read_jsonl
 

@@ -7,7 +7,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from evalkit import trainer_client
+from eval_support import trainer_client
 
 from evaluation import EpisodeResult, EvalConfig, finish, split_tasks
 

@@ -1,4 +1,4 @@
-"""Fixtures: each framework's cached venv (``framework_venvs``) and the real server on loopback
+"""Fixtures: each framework's cached venv (``framework_support``) and the real server on loopback
 (the default bwrap sandbox) serving the demo task."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import secrets
 from collections.abc import Iterator
 
 import pytest
-from serverlib import RunningServer, run_server
+from support.servers import RunningServer, run_server
 
 from env_server.config import ServerConfig
 from task_factory.demo_task import demo_tasks_file

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from framework_venvs import ROOT
+from framework_support import ROOT
 
 
 def test_import_env_client_imports_no_framework():

@@ -1,5 +1,5 @@
 """mini-swe-agent: its own `DefaultAgent` and SWE-bench config drive demo-task episodes through
-`env_client.adapters.minisweagent`, from its own venv (``framework_venvs``), against the real server
+`env_client.adapters.minisweagent`, from its own venv (``framework_support``), against the real server
 on loopback (bwrap sandbox, the `bash-only` profile).
 
 A scripted fix (the gold patch applied by bash commands, `git diff > patch.txt`, the submit command)
@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 import pytest
-from framework_venvs import ROOT, framework_python, run_script, wait_no_sessions
-from serverlib import run_server
+from framework_support import ROOT, framework_python, run_script, wait_no_sessions
+from support.servers import run_server
 
 from contract import format_tool_output
 from env_server.config import ServerConfig
@@ -175,17 +175,10 @@ def two_task_server(bwrap, two_tasks, tmp_path_factory):
 
 
 def _policy_double():
-    """tests/evaluation/policy_double.py (that folder is not a package, nor on this folder's path)."""
-    import importlib.util
+    """tests/support/policy_double.py."""
+    import support.policy_double
 
-    module = sys.modules.get("policy_double")
-    if module is None:
-        path = ROOT / "tests" / "evaluation" / "policy_double.py"
-        spec = importlib.util.spec_from_file_location("policy_double", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["policy_double"] = module
-        spec.loader.exec_module(module)
-    return module
+    return support.policy_double
 
 
 def _trainer_client(*args: object, timeout: float = 540, env: dict[str, str] | None = None
@@ -200,7 +193,7 @@ def _trainer_client(*args: object, timeout: float = 540, env: dict[str, str] | N
 @pytest.fixture(scope="module")
 def harness_run(two_task_server, two_tasks, msa_python, tmp_path_factory):
     """`trainer-client evaluate --harness mini-swe-agent` on the two tasks, 2 samples each, the model a
-    test double (an OpenAI-compatible server scripted per task: tests/evaluation/policy_double.py) that
+    test double (an OpenAI-compatible server scripted per task: tests/support/policy_double.py) that
     fixes the SWE-bench-labelled task and submits nothing for the other, through mini-swe-agent's
     LitellmModel; (out, the double's requests, the process, seconds)."""
     PolicyDouble = _policy_double().PolicyDouble

@@ -1,7 +1,7 @@
 """SkyRL: skyrl-gym's real package drives demo-task episodes through `env_client.adapters.skyrl`.
 
 The env is made, initialised and stepped the way SkyRL's generator does it, from the
-skyrl-gym venv (``framework_venvs``), from a dataset row that `env_client.adapters.skyrl_dataset`
+skyrl-gym venv (``framework_support``), from a dataset row that `env_client.adapters.skyrl_dataset`
 wrote from the task file, against the real server on loopback (bwrap sandbox): a failing
 command's error markers reach the step metadata, the gold edit + submit earn the hidden tests'
 reward 1.0, a submit without the fix 0.0; at `max_turns` the episode ends in both truncation
@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from framework_venvs import framework_python, run_script, wait_no_sessions
+from framework_support import framework_python, run_script, wait_no_sessions
 
 from env_client.adapters.skyrl_dataset import write_dataset
 from task_factory.demo_task import demo_tasks_file

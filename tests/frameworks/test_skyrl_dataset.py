@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from requirements import require_module
+from support.requirements import require_module
 
 from env_client.adapters.skyrl_dataset import ENV_ID, USER_PROMPT, dataset_rows, system_prompt, write_dataset
 from task_factory.demo_task import demo_tasks_file

@@ -1,6 +1,6 @@
 """verifiers: the real package's eval path solves the demo task through `env_client.adapters.verifiers`.
 
-From the verifiers venv (``framework_venvs``; with ``uv``, which verifiers' harness runtime
+From the verifiers venv (``framework_support``; with ``uv``, which verifiers' harness runtime
 uses to run its chat program), `run_eval` loads `SWETaskset` by module name, serves the
 task's `SWEToolset` as an MCP server and runs the `null` harness against a scripted
 OpenAI-compatible model double, against the real server on loopback (bwrap sandbox): the
@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 import pytest
-from framework_venvs import VENVS, framework_python, run_script, wait_no_sessions
+from framework_support import VENVS, framework_python, run_script, wait_no_sessions
 
 from task_factory.demo_task import demo_tasks_file
 

@@ -1,6 +1,6 @@
 """VeRL: the real package's tool and advantage interfaces, through `env_client.adapters.verl`.
 
-From the verl venv (``framework_venvs``: verl 0.9.1 installed without its dependencies, plus the
+From the verl venv (``framework_support``: verl 0.9.1 installed without its dependencies, plus the
 ones its tool, agent loop and advantage modules import, torch's CPU build among them), against the
 real server on loopback (bwrap sandbox): VeRL's own loader reads the generated tool config; the tools
 driven through their `BaseTool` methods score the gold patch applied with the bash tool 1.0 and no
@@ -24,7 +24,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from framework_venvs import VENVS, _pip, framework_python, run_script, wait_no_sessions
+from framework_support import VENVS, _pip, framework_python, run_script, wait_no_sessions
 
 from env_client.adapters.verl import AGENT_LOOP, ESTIMATOR, VERL_VERSION, build_parser, dataset_rows, tool_config
 from task_factory.demo_task import demo_tasks_file

@@ -5,7 +5,7 @@
 at the end. Without the ``docker-registry`` binary (apt ``docker-registry``, installed by
 .ci/system-deps.sh) or without an engine these tests skip, unless CI=true or
 ``SWE_REQUIRE_REGISTRY=1`` / ``SWE_REQUIRE_DOCKER=1`` turns that into a failure
-(tests/requirements.py). ``own_registry`` is a fresh one for a single test, which may
+(tests/support/requirements.py). ``own_registry`` is a fresh one for a single test, which may
 ``stop()`` it (an unreachable registry) without disturbing the shared one.
 
 ``source_image`` is the small offline base ``swe-openenv-base:bookworm`` (``make
@@ -23,8 +23,8 @@ import os
 from pathlib import Path
 
 import pytest
-from registry import LoopbackRegistry, RegistryError, layout_images, registry_binary
-from requirements import docker_engine_client, missing
+from registry_support import LoopbackRegistry, RegistryError, layout_images, registry_binary
+from support.requirements import docker_engine_client, missing
 
 SOURCE_IMAGE = os.environ.get("SWE_REGISTRY_SOURCE_IMAGE", "swe-openenv-base:bookworm")
 

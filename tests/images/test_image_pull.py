@@ -23,9 +23,9 @@ from typing import Any
 import httpx
 import pytest
 import websockets
-from layoutlib import import_rows, layout_module
-from registry import push_unique_image
-from serverlib import call, run_server, tool
+from support.layouts import import_rows, layout_module
+from registry_support import push_unique_image
+from support.servers import call, run_server, tool
 
 from env_server.config import ServerConfig
 from sandbox.images import image_store

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import docker.errors
 import pytest
-from registry import TOKEN_LABEL, push_unique_image, remove_local
+from registry_support import TOKEN_LABEL, push_unique_image, remove_local
 
 
 def test_push_then_pull_gives_the_pushed_image(client, registry, source_image) -> None:

@@ -14,9 +14,9 @@ from trainer_client.losses import channels as registry
 from trainer_client.losses.channels import (ChannelLoss, ChannelSettings, LossChannel, LossSettings, StepInputs,
                                             count_keys, register_channel, total_formula)
 
-from .channels_util import make_channels
+from .channels_support import make_channels
 from .conftest import tiny_qwen
-from .rollouts import make_grpo_batch
+from .rollouts_support import make_grpo_batch
 
 
 class LengthSettings(ChannelSettings):

@@ -19,10 +19,10 @@ from trainer_client.losses import (
 )
 from trainer_client.losses.pairs import collate_pairs
 
-from .channels_util import loss_settings, make_channels
+from .channels_support import loss_settings, make_channels
 from .conftest import QWEN_VOCAB, tiny_qwen
-from .pairs_data import write_pairs
-from .rollouts import make_grpo_batch
+from .pairs_support import write_pairs
+from .rollouts_support import make_grpo_batch
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,12 @@ from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
 
-from .channels_util import loss_settings
+from .channels_support import loss_settings
 from .conftest import QWEN_VOCAB, tiny_qwen
-from .grpo_trainer import LossTrainer as _Trainer
-from .grpo_trainer import zero_reward as _reward
-from .pairs_data import write_pairs
-from .rollouts import make_grpo_batch
+from .grpo_trainer_support import LossTrainer as _Trainer
+from .grpo_trainer_support import zero_reward as _reward
+from .pairs_support import write_pairs
+from .rollouts_support import make_grpo_batch
 
 
 def _make(cls, tokenizer, tmp_path, model, **extra):

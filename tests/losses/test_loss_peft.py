@@ -19,11 +19,11 @@ from trainer_client.losses.model_io import is_peft_model
 from trainer_client.losses.pairs import encode_pair, load_pairs
 from trainer_client.losses.pairs_channel import ReferenceLogps, pairs_loss
 
-from .channels_util import loss_settings
+from .channels_support import loss_settings
 from .conftest import QWEN_VOCAB, tiny_qwen
-from .grpo_trainer import LossTrainer, zero_reward
-from .pairs_data import write_pairs
-from .rollouts import make_grpo_batch
+from .grpo_trainer_support import LossTrainer, zero_reward
+from .pairs_support import write_pairs
+from .rollouts_support import make_grpo_batch
 
 from peft import LoraConfig
 

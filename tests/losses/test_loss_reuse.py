@@ -17,11 +17,11 @@ from trainer_client.losses import (
 from trainer_client.losses.model_io import backbone_of, capture_final_hidden, final_hidden_states
 from trainer_client.losses.hint_context import parse_error_sites
 
-from .channels_util import loss_settings
+from .channels_support import loss_settings
 from .conftest import QWEN_VOCAB, tiny_qwen
-from .grpo_trainer import LossTrainer as _Trainer
-from .grpo_trainer import zero_reward as _reward
-from .rollouts import make_grpo_batch
+from .grpo_trainer_support import LossTrainer as _Trainer
+from .grpo_trainer_support import zero_reward as _reward
+from .rollouts_support import make_grpo_batch
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 

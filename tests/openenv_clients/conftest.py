@@ -1,4 +1,4 @@
-"""Fixtures: each OpenEnv client release's cached venv, and the real server (see ``openenv_lib``)."""
+"""Fixtures: each OpenEnv client release's cached venv, and the real server (see ``openenv_support``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
-from openenv_lib import build_venv
-from serverlib import RunningServer, run_server
+from openenv_support import build_venv
+from support.servers import RunningServer, run_server
 
 from env_server.config import ServerConfig
 from task_factory.demo_task import demo_tasks_file

@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 import websockets
-from serverlib import call, tool
+from support.servers import call, tool
 
 pytestmark = pytest.mark.slow
 

@@ -1,1 +1,1 @@
-"""Teacher replay tests (the teacher endpoint is a loopback double: fake_teacher.py)."""
+"""Teacher replay tests (the teacher endpoint is a loopback double: support/teacher_double.py)."""

@@ -3,7 +3,7 @@ import pytest
 from trainer_client.pair_records import ToolCall
 from trainer_client.replay import AgreementRule, decide
 
-from .replay_fixtures import bash
+from .replay_support import bash
 
 X, Y, Z, W = bash("pytest -q"), bash("ls"), bash("cat setup.py"), bash("git status")
 DEFAULT = AgreementRule()

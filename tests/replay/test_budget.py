@@ -4,7 +4,7 @@ import pytest
 
 from trainer_client.replay.budget import Budget, estimate_prompt_tokens, worst_case_cost
 
-from .replay_fixtures import bash, state, teachers
+from .replay_support import bash, state, teachers
 
 
 def test_reserve_waits_for_in_flight_calls_then_refuses_only_what_cannot_fit():

@@ -11,8 +11,8 @@ from trainer_client.pair_records import PairRecord
 from trainer_client.replay import load_teachers
 from trainer_client.replay.cli import add_subcommands
 
-from .fake_teacher import FakeTeacherServer, Reply
-from .replay_fixtures import bash, state, teachers
+from support.teacher_double import FakeTeacherServer, Reply
+from .replay_support import bash, state, teachers
 
 PAIR_KEYS = {"state_id", "messages", "tools", "chosen", "rejected", "n_teachers_agreeing", "provenance"}
 

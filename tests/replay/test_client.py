@@ -9,8 +9,8 @@ import pytest
 from trainer_client.replay.budget import Budget
 from trainer_client.replay.client import TeacherClient, retry_after_seconds
 
-from .fake_teacher import FakeTeacherServer, Reply
-from .replay_fixtures import bash, state, teachers
+from support.teacher_double import FakeTeacherServer, Reply
+from .replay_support import bash, state, teachers
 
 S = state(2, bash("ls"))
 

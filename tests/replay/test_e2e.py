@@ -2,7 +2,7 @@
 
 Real parts: the env server app under uvicorn with the bwrap sandbox, the trainer's /mux
 client, the replay CLI, the channel-3 loss on a tiny Qwen2 with the real tokenizer. The
-only double is the teacher endpoint (fake_teacher.py).
+only double is the teacher endpoint (support/teacher_double.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 import httpx  # noqa: E402
 import uvicorn  # noqa: E402
-from serverlib import free_port, serve_in_thread  # noqa: E402  (tests/ is on sys.path)
+from support.servers import free_port, serve_in_thread  # noqa: E402
 
 import env_client  # noqa: E402
 from env_server import app as app_mod  # noqa: E402
@@ -30,8 +30,8 @@ from env_server.config import ServerConfig  # noqa: E402
 from trainer_client import losses  # noqa: E402
 from trainer_client.replay.cli import add_subcommands  # noqa: E402
 
-from .fake_teacher import FakeTeacherServer, Reply  # noqa: E402
-from .replay_fixtures import make_task  # noqa: E402
+from support.teacher_double import FakeTeacherServer, Reply  # noqa: E402
+from .replay_support import make_task  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("bwrap")]  # bwrap: skips without it, fails in CI
 

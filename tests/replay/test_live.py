@@ -1,5 +1,5 @@
 """The live replay loop against a real env server on loopback and teachers behind real HTTP
-(fake_teacher.py: a named test double of an OpenAI-compatible server)."""
+(support/teacher_double.py: a named test double of an OpenAI-compatible server)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from trainer_client.replay.during_training import FinishedEpisode, LiveReplay
 from trainer_client.replay.pair_mining import ReplayOptions
 from trainer_client.replay.verify import ForkVerifier
 
-from .fake_teacher import FakeTeacherServer, Reply
+from support.teacher_double import FakeTeacherServer, Reply
 from .test_e2e import env_url, rollout, teacher_script  # noqa: F401 - env_url is a fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("bwrap")]
@@ -125,7 +125,7 @@ def fix_or_look(model: str, body: dict, n: int) -> Reply:
 
 @pytest.fixture(scope="module")
 def six_url(tmp_path_factory):
-    from serverlib import run_server
+    from support.servers import run_server
 
     from env_server.config import ServerConfig
     from task_factory.demo_task import demo_tasks_file

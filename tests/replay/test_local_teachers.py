@@ -2,7 +2,7 @@
 
 End to end on the CPU: a real env server (bwrap sandbox) on loopback records an episode
 with an error site (a failing `cat`), two local teachers (two training stages of a tiny
-Qwen2 fine-tuned on that trace; tests/replay/local_teacher_models.py, cached on disk) are
+Qwen2 fine-tuned on that trace; tests/replay/local_teachers_support.py, cached on disk) are
 started as `transformers serve` processes, and the unchanged `replay()` / `trainer-client
 replay --local-teacher` query them and mine pairs. No test double anywhere.
 
@@ -27,7 +27,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from requirements import missing  # noqa: E402  (tests/ is on sys.path: tests/conftest.py)
+from support.requirements import missing  # noqa: E402
 
 from trainer_client.replay import ReplayOptions, load_teachers, replay  # noqa: E402
 from trainer_client.replay.budget import Budget  # noqa: E402
@@ -43,8 +43,8 @@ from trainer_client.replay.local import (  # noqa: E402
     stage_checkpoint,
 )
 
-from . import local_teacher_models as ltm  # noqa: E402
-from .replay_fixtures import make_task  # noqa: E402
+from . import local_teachers_support as ltm  # noqa: E402
+from .replay_support import make_task  # noqa: E402
 
 TEACHERS_FILE = Path(__file__).resolve().parents[2] / "trainer_client" / "replay" / "teachers.default.yaml"
 
@@ -85,7 +85,7 @@ def _group_gone(pgid: int) -> bool:
 @pytest.fixture(scope="module")
 def env_trace(bwrap, tmp_path_factory):
     """(env url, episode id, state(t) records): STUDENT's episode on a real env server."""
-    from serverlib import run_server
+    from support.servers import run_server
 
     import env_client
     from env_server.config import ServerConfig

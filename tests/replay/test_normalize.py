@@ -1,7 +1,7 @@
 from trainer_client.pair_records import PairProvenance, PairRecord, ToolCall
 from trainer_client.replay import NormalizeConfig, normalize_pairs
 
-from .replay_fixtures import TOOLS, bash
+from .replay_support import TOOLS, bash
 
 
 def pair(chosen: ToolCall, rejected: ToolCall, user="fix it", t=0) -> PairRecord:

@@ -7,8 +7,8 @@ import pytest
 
 from trainer_client.replay import FrozenState, GatingConfig, ReplayOptions, read_trace_files, replay
 
-from .fake_teacher import FakeTeacherServer, Reply
-from .replay_fixtures import bash, state, teachers
+from support.teacher_double import FakeTeacherServer, Reply
+from .replay_support import bash, state, teachers
 
 
 def canon(x) -> bytes:

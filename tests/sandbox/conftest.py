@@ -6,8 +6,8 @@
   carries planted bytecode, type/test caches and archives of the secret code.
   Every secret contains ``MARK`` so one substring check finds any leak.
 * ``backend``: every backend of the registry (``sandbox.backend_names()``: "bwrap" and
-  "docker"); a missing bwrap or Docker engine skips, or fails under CI (see tests/requirements.py).
-  A module with ``pytestmark = sbxlib.WITH_POOLED`` also runs on "bwrap+pool": its sessions
+  "docker"); a missing bwrap or Docker engine skips, or fails under CI (see tests/support/requirements.py).
+  A module with ``pytestmark = sandbox_support.WITH_POOLED`` also runs on "bwrap+pool": its sessions
   are claimed warm from a primed ``WarmPool`` (tests/sandbox/test_isolation.py does).
 * ``harness``: opens real sessions (``async with harness.session() as sb``).
 * After every test: a fresh session must still answer ``echo ok`` and no host
@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from requirements import missing
+from support.requirements import missing
 from sandbox import backend_names
-from sbxlib import CACHE_DIR, CommandResult, Harness, SecretRepo, host_procs, make_secret_repo, wait_no_procs
+from sandbox_support import CACHE_DIR, CommandResult, Harness, SecretRepo, host_procs, make_secret_repo, wait_no_procs
 
 TEST_TIMEOUT_S = 240
 
@@ -64,7 +64,7 @@ def _docker_missing() -> str | None:
 @pytest.fixture(scope="session", params=backend_names())
 def backend(request: pytest.FixtureRequest) -> str:
     """Missing backends fail under CI / SWE_REQUIRE_<BACKEND>=1 and skip otherwise."""
-    base = request.param.partition("+")[0]  # "bwrap+pool" (sbxlib.POOLED) needs bwrap
+    base = request.param.partition("+")[0]  # "bwrap+pool" (sandbox_support.POOLED) needs bwrap
     if base == "docker":
         import sandbox.docker  # noqa: F401 - the project's own backend: never optional
 

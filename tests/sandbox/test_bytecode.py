@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sbxlib import PLANTED, PY_MARK, SH_MARK, assert_done, assert_no_secret, py, sh
+from sandbox_support import PLANTED, PY_MARK, SH_MARK, assert_done, assert_no_secret, py, sh
 
 
 async def test_planted_files_purged(harness):
@@ -154,7 +154,7 @@ def _plant_disguised_archives(repo) -> list[str]:
     import subprocess
     import zipfile
 
-    from sbxlib import MARK
+    from sandbox_support import MARK
 
     src = f'def feature():\n    return "{MARK}-disguised"\n'.encode()
     d = repo / "data"
@@ -167,7 +167,7 @@ def _plant_disguised_archives(repo) -> list[str]:
         zf.writestr("pkg/core.py", src)
     (d / "fixture.dat").write_bytes(buf.getvalue())
     (d / "Snapshot.ZIP").write_bytes(buf.getvalue())
-    from sbxlib import _pyc_bytes
+    from sandbox_support import _pyc_bytes
 
     (d / "core.dat").write_bytes(_pyc_bytes(src.decode(), "core.py", unchecked=True))  # bytecode, renamed
     subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
@@ -180,7 +180,7 @@ def _plant_disguised_archives(repo) -> list[str]:
 async def test_compressed_or_renamed_archives_of_code_unreadable(harness, tmp_path):
     """Archives are recognised by content, not by name: gzip/bz2/xz of a .py file, a zip
     called *.dat."""
-    from sbxlib import make_secret_repo
+    from sandbox_support import make_secret_repo
 
     repo = make_secret_repo(tmp_path)
     paths = _plant_disguised_archives(repo.path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from sbxlib import SH_MARK, assert_done, sh
+from sandbox_support import SH_MARK, assert_done, sh
 
 from sandbox import PathError
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from sbxlib import PY_MARK, assert_done, assert_no_secret, make_secret_repo, py, sh
+from sandbox_support import PY_MARK, assert_done, assert_no_secret, make_secret_repo, py, sh
 
 
 async def test_git_log_all_reflog_stash_show_one_commit(harness):

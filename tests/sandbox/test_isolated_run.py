@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 
-from requirements import missing
-from sbxlib import assert_done, py, sh
+from support.requirements import missing
+from sandbox_support import assert_done, py, sh
 
 PROBE = r'''
 import json, os, signal
@@ -62,7 +62,7 @@ def _view(output: str) -> dict:
 
 async def test_an_isolated_command_reaches_nothing_but_its_own(harness):
     async with harness.session() as sb:
-        if sb.info.landlock_abi < 6:  # fails in CI, skips elsewhere (tests/requirements.py)
+        if sb.info.landlock_abi < 6:  # fails in CI, skips elsewhere (tests/support/requirements.py)
             missing("landlock", f"Landlock ABI {sb.info.landlock_abi}: no scoped domains on this kernel")
         await sb.write_file("probe.py", PROBE.encode())
         iso = await sb.run_isolated("python3 probe.py", timeout_s=60, output_limit=1 << 20)

@@ -9,7 +9,7 @@ import socket
 import subprocess
 from pathlib import Path
 
-from sbxlib import MARK, PY_MARK, SH_MARK, WITH_POOLED, assert_done, assert_no_secret, host_procs, py, sh
+from sandbox_support import MARK, PY_MARK, SH_MARK, WITH_POOLED, assert_done, assert_no_secret, host_procs, py, sh
 
 pytestmark = WITH_POOLED  # every backend, and bwrap sessions claimed warm from a WarmPool
 
@@ -291,7 +291,7 @@ async def test_killing_the_host_parent_leaves_no_sandbox_process(harness, tmp_pa
     import textwrap
     import time
 
-    from sbxlib import RUN_TOKEN, runtime_pids, wait_no_procs
+    from sandbox_support import RUN_TOKEN, runtime_pids, wait_no_procs
 
     # pooled: the parent also holds idle pre-started jails (and one starting), which must go too
     opener = ("pool = WarmPool(3, 3); await pool.warm(spec, cfg); sb = await pool.open(spec, cfg)"

@@ -6,7 +6,7 @@ import asyncio
 import os
 import time
 
-from sbxlib import DONE, assert_done, host_procs, py, runtime_pids, sh
+from sandbox_support import DONE, assert_done, host_procs, py, runtime_pids, sh
 
 from sandbox import CommandStatus, SandboxDied
 

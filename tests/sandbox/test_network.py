@@ -7,7 +7,7 @@ import os
 import socket
 import threading
 
-from sbxlib import assert_done, py, sh
+from sandbox_support import assert_done, py, sh
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 from sandbox import SandboxStartError, WarmPool, WorkspaceError
-from sbxlib import DONE, assert_done, host_procs, py, runtime_pids, sh, wait_no_procs
+from sandbox_support import DONE, assert_done, host_procs, py, runtime_pids, sh, wait_no_procs
 
 BWRAP_ONLY = pytest.mark.parametrize("backend", ["bwrap"], indirect=True, scope="session")
 

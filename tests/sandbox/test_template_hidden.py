@@ -14,7 +14,7 @@ import base64
 import uuid
 
 import pytest
-from sbxlib import _git, py, sh
+from sandbox_support import _git, py, sh
 
 from sandbox import CommandResult, LayerMode
 

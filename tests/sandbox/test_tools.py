@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 
-from sbxlib import assert_done, py, sh
+from sandbox_support import assert_done, py, sh
 
 from sandbox.models import DEFAULT_BLOCKED_TOOLS
 

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from taskpack import build_small_pack, mined_pack_or_missing
+from support.taskpacks import build_small_pack, mined_pack_or_missing
 
 from contract import DEFAULT_SUSPICION_POLICY, SUSPICION_TABLE, SuspicionPolicy
 from task_factory.cli import main

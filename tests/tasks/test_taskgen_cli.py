@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from taskpack import PACK_DIR, build_mined_pack, build_small_pack
+from support.taskpacks import PACK_DIR, build_mined_pack, build_small_pack
 
 from task_factory.cli import build_parser, main
 

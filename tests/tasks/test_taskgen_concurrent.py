@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from taskpack import PACK_DIR, build_small_pack
+from support.taskpacks import PACK_DIR, build_small_pack
 
 PACKAGE = "inflection-0.5.1"
 

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from taskpack import PACK_DIR, mined_pack_or_missing
+from support.taskpacks import PACK_DIR, mined_pack_or_missing
 
 from task_factory.changelog import find_section
 from task_factory.models import MineReport

@@ -16,7 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from taskpack import PACK_DIR, pack_check
+from support.taskpacks import PACK_DIR, pack_check
 
 from task_factory.mine import mine_tasks, release_statement, statement_leaks
 from task_factory.models import MineReport, MineSpec

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from taskpack import PACK_DIR, SMALL_PACK_PACKAGES, build_small_pack
+from support.taskpacks import PACK_DIR, SMALL_PACK_PACKAGES, build_small_pack
 
 from task_factory import build_tasks
 from task_factory.models import BuildReport

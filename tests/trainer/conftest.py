@@ -10,7 +10,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest
-from requirements import missing
+from support.requirements import missing
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -45,10 +45,10 @@ def _stop_process(server) -> None:
 
 @pytest.fixture(scope="session")
 def small_pack_file():
-    """tests/taskpack.py's small pack of real tasks. Where the builder cannot make it (no network,
+    """tests/support/taskpacks.py's small pack of real tasks. Where the builder cannot make it (no network,
     a missing toolchain: TaskgenError, or taskpack's RuntimeError "built k/n tasks") this fails
     under CI / SWE_REQUIRE_TASKPACK=1 and skips otherwise; any other exception is a bug: an error."""
-    from taskpack import build_small_pack  # tests/ is on sys.path (tests/conftest.py)
+    from support.taskpacks import build_small_pack
 
     from task_factory.sources import TaskgenError
 
@@ -81,9 +81,9 @@ def real_env_cls(real_env_url):
 @pytest.fixture(scope="session")
 def toolcaller(real_env_cls, tmp_path_factory):
     """(model dir, scripted episodes): the tiny model fine-tuned to follow the scripts of
-    tests/trainer/toolcaller.py (SFT on CPU on first use, then cached on disk)."""
-    from . import toolcaller as tc
-    from .helpers import build_trainer
+    tests/trainer/toolcaller_support.py (SFT on CPU on first use, then cached on disk)."""
+    from . import toolcaller_support as tc
+    from .trainer_support import build_trainer
 
     recorder = build_trainer(tmp_path_factory.mktemp("record"), real_env_cls)
     episodes = tc.record_episodes(recorder, real_env_cls)

@@ -194,7 +194,7 @@ def test_warmstart_sends_the_token(server, tmp_path, capsys, monkeypatch):
 
 
 def test_replay_fetches_traces_with_the_token(server, tmp_path, capsys):
-    from replay.fake_teacher import FakeTeacherServer, Reply
+    from support.teacher_double import FakeTeacherServer, Reply
 
     from trainer_client.replay.cli import add_subcommands
 

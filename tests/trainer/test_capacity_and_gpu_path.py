@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from losses.pairs_data import write_pairs
+from losses.pairs_support import write_pairs
 
 import trainer_client
 from env_client import ClientConfig, EnvCapacityError, mux_url

@@ -1,7 +1,7 @@
 """End to end on the CPU against the real env server (bwrap sandbox, real tasks) on loopback.
 
 The tasks are real historical fixes (``source: release-diff``) mined from six's releases
-on PyPI (tests/taskpack.py::build_mined_pack), served by this module's own env server.
+on PyPI (tests/support/taskpacks.py::build_mined_pack), served by this module's own env server.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def tasks_file():
     """The mined pack; where the miner cannot build it this fails under CI / SWE_REQUIRE_TASKPACK=1."""
-    from taskpack import mined_pack_or_missing
+    from support.taskpacks import mined_pack_or_missing
 
     return mined_pack_or_missing(("six",))
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from . import toolcaller as tc
+from . import toolcaller_support as tc
 
 pytestmark = pytest.mark.slow
 

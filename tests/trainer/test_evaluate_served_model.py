@@ -3,10 +3,10 @@ itself, evaluated as an agent through a real env server on the small pack of rea
 double anywhere.
 
 The model: the random tiny Qwen2 (trainer_client/tiny_qwen.py) fine-tuned the way the local
-teachers are (tests/replay/local_teacher_models.py `build_teachers`: full-batch SFT until every
+teachers are (tests/replay/local_teachers_support.py `build_teachers`: full-batch SFT until every
 target token is the greedy choice by a logit margin; cached on disk, a minute or two on one CPU
 thread the first time) on one real episode of the pack's toolz task that the evaluator itself
-recorded with a scripted policy: `bash ls`, the gold edit (tests/trainer/toolcaller.py), submit.
+recorded with a scripted policy: `bash ls`, the gold edit (tests/trainer/toolcaller_support.py), submit.
 It learns to answer each state(t) of that episode, tokenized the way `transformers serve`
 tokenizes the evaluator's request, with the script's next call. The command then serves the
 checkpoint with `transformers serve` on the CPU (trainer_client/cli.py `_serve_checkpoint`, the
@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from requirements import missing  # tests/ is on sys.path (tests/conftest.py)
+from support.requirements import missing
 
-from .toolcaller import FIX_INSTANCE, GOLD_EDIT
+from .toolcaller_support import FIX_INSTANCE, GOLD_EDIT
 
 pytestmark = pytest.mark.slow
 
@@ -73,7 +73,7 @@ async def _record(url: str) -> list[Any]:
 
 def fixer_checkpoint(states: list[Any]) -> Path:
     """The tiny model SFT'd to answer each state(t) with FIX[t] (trained once, then cached)."""
-    from replay import local_teacher_models as ltm
+    from replay import local_teachers_support as ltm
 
     from trainer_client.tiny_qwen import tiny_qwen_dir
     from trainer_client.tokenizer import load_qwen_tokenizer

@@ -16,8 +16,8 @@ from env_client import ClientConfig
 from trainer_client.environment import make_environment_class
 from trainer_client.trainer import SUSPICION_REASONS
 
-from .doubles import MuxServerDouble
-from .helpers import build_trainer
+from support.mux_double import MuxServerDouble
+from .trainer_support import build_trainer
 
 FAST = ClientConfig(reconnect_attempts=2, reconnect_backoff_s=0.05, connect_timeout_s=2, request_timeout_s=10)
 GRADING = {

@@ -10,7 +10,7 @@ import itertools
 
 import pytest
 
-from .helpers import build_trainer
+from .trainer_support import build_trainer
 
 
 class ScriptedRewardEnvDouble:

@@ -1,7 +1,7 @@
 """Channel 3 fed during a real run: `trainer-client train` with the replay loop on, against the real
 env server (bwrap sandbox) on loopback; then `--resume` restores the loss state exactly.
 
-The teacher is tests/replay/fake_teacher.py (a named test double of an OpenAI-compatible server:
+The teacher is tests/support/teacher_double.py (a named test double of an OpenAI-compatible server:
 the point here is the loop inside training, not the teacher's quality; local model teachers are
 tested in tests/replay/test_local_teachers.py and run in `make demo`)."""
 
@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from support.teacher_double import FakeTeacherServer, Reply
 
 from .conftest import _start_env_server, _stop_process
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "replay"))
-from fake_teacher import FakeTeacherServer, Reply  # noqa: E402
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +35,7 @@ def server(bwrap, small_pack_file, tmp_path_factory):
 def run_config(server, small_pack_file, toolcaller, out: Path, teachers: Path, steps: int):
     from trainer_client.config import load_config
 
-    from . import toolcaller as tc
+    from . import toolcaller_support as tc
 
     cfg = load_config(ROOT / "trainer_client/configs/cpu_smoke.yaml", [
         f"model.name_or_path={toolcaller[0]}", f"env.urls=[\"{server}\"]", f"data.tasks={small_pack_file}",

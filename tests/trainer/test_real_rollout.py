@@ -1,5 +1,5 @@
 """Real multi-turn GRPO rollouts on the CPU: real TRL, a tiny model that calls tools (SFT'd, see
-toolcaller.py), the real env server with the bwrap sandbox and real tasks on loopback.
+toolcaller_support.py), the real env server with the bwrap sandbox and real tasks on loopback.
 
 Covers: token ids preserved across turns (no re-tokenization drift) with
 tool_mask zeroing exactly the tool-output tokens; error-site markers in the per-turn record
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from . import toolcaller as tc
-from .helpers import grpo_config
+from . import toolcaller_support as tc
+from .trainer_support import grpo_config
 
 pytestmark = pytest.mark.slow
 

@@ -23,8 +23,8 @@ from trainer_client.environment import make_environment_class
 from verifier.grade import GradeResult
 from verifier.monitor import scan_diff, summarize
 
-from .doubles import MuxServerDouble
-from .helpers import build_trainer
+from support.mux_double import MuxServerDouble
+from .trainer_support import build_trainer
 
 CONFIGS = Path(trainer_client.__file__).parent / "configs"
 FAST = ClientConfig(reconnect_attempts=2, reconnect_backoff_s=0.05, connect_timeout_s=2, request_timeout_s=10)

@@ -9,7 +9,7 @@ import pytest
 
 from trainer_client.trainer import trl_tool_loop_source
 
-from .helpers import SleepEnvDouble, build_trainer, scripted_first_turn
+from .trainer_support import SleepEnvDouble, build_trainer, scripted_first_turn
 
 # sha256 of inspect.getsource(GRPOTrainer._tool_call_loop) in trl 1.16.0: the override mirrors it.
 TRL_1_16_0_TOOL_LOOP_SHA = "1c501f7f3b469f7e493cb90e2a85aef99ef66052cfd8927d1c200977ac559388"

@@ -1,11 +1,11 @@
 """Helpers of the OpenEnv client tests (a uniquely named module: ``conftest`` names collide across
-test directories): one venv per OpenEnv client release (the server on loopback is tests/serverlib.py's).
+test directories): one venv per OpenEnv client release (the server on loopback is tests/support/servers.py's).
 
 Each client generation is installed, unmodified, into its own venv under the project's
 gitignored ``.cache/openenv-venvs/<name>`` (built once, then reused) and run from there in a
 subprocess: the two releases both own the ``openenv`` import name, so they cannot share the
 project's venv. A venv that cannot be built fails the test under CI (``CI=true`` or
-``SWE_REQUIRE_OPENENV=1``: ``missing("openenv", ...)`` of tests/requirements.py) and skips it
+``SWE_REQUIRE_OPENENV=1``: ``missing("openenv", ...)`` of tests/support/requirements.py) and skips it
 elsewhere, with pip's reason.
 """
 
@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from requirements import missing
+from support.requirements import missing
 
 ROOT = Path(__file__).resolve().parents[2]
 VENVS = ROOT / ".cache" / "openenv-venvs"

@@ -6,7 +6,7 @@ project's gitignored ``.cache/framework-venvs/<name>`` together with this projec
 transformers / trl pins must not move). The venv is built once; when the project's sources
 change, only the project is reinstalled (``--no-deps``, seconds), so the adapters under test
 are always the tree's. A venv that cannot be built fails the test under CI (``CI=true`` or
-``SWE_REQUIRE_<FRAMEWORK>=1``: ``missing`` of tests/requirements.py) and skips it elsewhere,
+``SWE_REQUIRE_<FRAMEWORK>=1``: ``missing`` of tests/support/requirements.py) and skips it elsewhere,
 with pip's words.
 """
 
@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from requirements import missing
+from support.requirements import missing
 
 ROOT = Path(__file__).resolve().parents[2]
 VENVS = ROOT / ".cache" / "framework-venvs"

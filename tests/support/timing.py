@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-DURATIONS = Path(__file__).parent / "durations.json"
+DURATIONS = Path(__file__).parents[1] / "durations.json"
 FAST_FILE_S = 8.0  # a file whose tests take longer in all is in the full suite only
 SLOWEST = 40  # tests named in the file
 

@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from requirements import missing
+from support.requirements import missing
 
 from env_client.processes import free_port
 

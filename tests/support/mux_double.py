@@ -20,7 +20,7 @@ import json
 import threading
 from dataclasses import dataclass, field
 
-from serverlib import free_port  # noqa: F401  (re-exported: the trainer tests' one free-port helper)
+from support.servers import free_port  # noqa: F401  (re-exported: the trainer tests' one free-port helper)
 
 from contract import MUX_SUBPROTOCOL
 

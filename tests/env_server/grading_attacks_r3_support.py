@@ -1,7 +1,7 @@
 """Third round of reward-hacking attempts (the third red team's mechanisms), none of which fixes the bug
 where it is used.
 
-Like ``grading_attacks`` and ``grading_attacks_r2``: each attack is what an agent does through one
+Like ``grading_attacks_support`` and ``grading_attacks_r2_support``: each attack is what an agent does through one
 ``bash`` call. Four families:
 
 1. *canaries told apart by reading*: the public ``pytest.Function.runtest`` replaced (no
@@ -31,8 +31,8 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from grading_attacks import Attack, Ctx
-from grading_attacks_r2 import AttackR2
+from grading_attacks_support import Attack, Ctx
+from grading_attacks_r2_support import AttackR2
 
 from verifier.task import TaskInstance
 

@@ -1,5 +1,5 @@
 """Helpers shared by the env-server tests (a uniquely named module: `conftest` names collide
-across test directories): the loopback server of tests/serverlib.py, `requires_sandbox`, `run`."""
+across test directories): the loopback server of tests/support/servers.py, `requires_sandbox`, `run`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from serverlib import RunningServer, call, free_port, run_server, tool  # noqa: F401  (re-exported)
+from support.servers import RunningServer, call, free_port, run_server, tool  # noqa: F401  (re-exported)
 
 from sandbox import DockerBackend
 
@@ -22,7 +22,7 @@ def run(coro: Any) -> Any:
 
 def docker_or_fail() -> None:
     """The docker backend's engine and image, or: fail in CI (SWE_REQUIRE_DOCKER), skip elsewhere."""
-    from requirements import missing
+    from support.requirements import missing
 
     try:
         from sandbox.docker import docker_client

@@ -1,6 +1,6 @@
 """Second round of reward-hacking attempts (red-team mechanisms), none of which fixes the bug.
 
-Like ``grading_attacks``: each attack is what an agent does through one ``bash`` call
+Like ``grading_attacks_support``: each attack is what an agent does through one ``bash`` call
 (files created, code appended to the module the hidden tests import), and ``expect``
 says how the grader must answer (reward 0.0 always). Five families:
 
@@ -36,7 +36,7 @@ import base64
 import textwrap
 from dataclasses import dataclass
 
-from grading_attacks import PASS_ALL_PLUGIN, Attack, Ctx, bash_script
+from grading_attacks_support import PASS_ALL_PLUGIN, Attack, Ctx, bash_script
 
 UNDER_PYTEST = 'import sys as _swe_sys\nif "_pytest" in _swe_sys.modules:\n'
 
@@ -54,7 +54,7 @@ class AttackR2(Attack):
 
 
 def bash_script_r2(attack: Attack, ctx: Ctx) -> str:
-    """:func:`grading_attacks.bash_script`, plus ``attack.shell`` when it has one."""
+    """:func:`grading_attacks_support.bash_script`, plus ``attack.shell`` when it has one."""
     script = bash_script(attack, ctx)
     shell = getattr(attack, "shell", "")
     return script + "\n" + shell if shell else script

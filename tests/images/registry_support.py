@@ -1,5 +1,5 @@
 """A real container registry on loopback for the image-store tests (imported by name:
-tests/images is on sys.path, like tests/docker's docker_testlib).
+tests/images is on sys.path, like tests/docker's docker_support).
 
 :class:`LoopbackRegistry` runs Debian's ``docker-registry`` (distribution 2.8, apt package
 ``docker-registry``, installed by .ci/system-deps.sh) as a child process on 127.0.0.1 and a
