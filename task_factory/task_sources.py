@@ -27,7 +27,6 @@ Entries are ``"module:Class"`` until first used, so reading the names imports no
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 import sys
@@ -41,6 +40,7 @@ from typing import Any, ClassVar, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from contract.overrides import apply_overrides, setting_keys, unknown_key_message
+from contract.registry import resolve
 from sandbox import DEFAULT_BACKEND
 from verifier.task import TaskRecord
 from verifier.task import TaskSource as TaskLabel
@@ -316,11 +316,4 @@ def source_names() -> tuple[str, ...]:
 
 def source_class(name: str) -> type[TaskSource]:
     """The class registered as ``name`` (imported on first use)."""
-    try:
-        entry = SOURCES[name]
-    except KeyError:
-        raise ValueError(f"unknown task source {name!r}; registered: {', '.join(SOURCES)}") from None
-    if isinstance(entry, str):
-        module, _, attr = entry.partition(":")
-        entry = SOURCES[name] = getattr(importlib.import_module(module, __package__), attr)
-    return entry
+    return resolve(SOURCES, name, __package__, "task source")

@@ -20,11 +20,12 @@ pairs from teachers replaying frozen traces; ``pairs_channel.py``). This module 
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from contract.registry import resolve
 
 __all__ = ["CHANNELS", "ChannelContext", "ChannelLoss", "ChannelSettings", "LossChannel", "LossSettings",
            "WeightSchedule", "channel_class", "channel_names", "count_keys", "metric_key", "register_channel",
@@ -194,14 +195,7 @@ def channel_names() -> tuple[str, ...]:
 
 def channel_class(name: str) -> type[LossChannel]:
     """The class registered as `name` (imported on first use)."""
-    try:
-        entry = CHANNELS[name]
-    except KeyError:
-        raise ValueError(f"unknown loss channel {name!r}; registered: {', '.join(CHANNELS)}") from None
-    if isinstance(entry, str):
-        module, _, attr = entry.partition(":")
-        entry = CHANNELS[name] = getattr(importlib.import_module(module, __package__), attr)
-    return entry
+    return resolve(CHANNELS, name, __package__, "loss channel")
 
 
 def metric_key(name: str, leaf: str | None = None) -> str:
