@@ -4,14 +4,12 @@ trainer tests is used only by test_env_client.py)."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from support.servers import RunningServer, run_server
+from support.servers import RunningServer, server_factory
 
-from env_server.config import ServerConfig
 from task_factory.demo_task import demo_tasks_file
 from verifier.task import TaskInstance, load_tasks
 
@@ -32,13 +30,7 @@ def demo_tasks(bwrap: str) -> tuple[Path, list[TaskInstance]]:
 def make_server(demo_tasks, tmp_path_factory) -> Any:
     """`with make_server(max_sessions=1) as srv:` a real server with config overrides."""
     path, tasks = demo_tasks
-
-    @contextmanager
-    def factory(**overrides: Any) -> Iterator[RunningServer]:
-        data = tmp_path_factory.mktemp("env-data")
-        with run_server(ServerConfig(tasks_path=path, data_dir=data, **overrides), tasks) as srv:
-            yield srv
-    return factory
+    return server_factory(path, lambda: tmp_path_factory.mktemp("env-data"), tasks)  # a data dir per server
 
 
 @pytest.fixture(scope="module")

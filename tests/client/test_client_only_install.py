@@ -3,7 +3,7 @@ the real server, and runs `trainer-client evaluate` (a model behind an OpenAI-co
 endpoint as an agent): no torch, no server, no trainer parts, no matplotlib.
 
 The venv lives under the project's gitignored `.cache/client-venv/<hash of pyproject.toml>`
-(built once per dependency set, under a file lock); the package itself is reinstalled there
+(built once per dependency set: support.venvs); the package itself is reinstalled there
 whenever the client's sources change. pip takes its index from the machine's own
 configuration. A venv that cannot be built fails the test under CI (`CI=true` or
 `SWE_REQUIRE_CLIENT_VENV=1`: `missing("client-venv", ...)`) and skips it elsewhere.
@@ -11,7 +11,6 @@ configuration. A venv that cannot be built fails the test under CI (`CI=true` or
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -21,14 +20,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.requirements import missing
+from support.venvs import cached_venv, pip
 
 from .conftest import INSTANCE
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-PIP_TIMEOUT_S = 480  # under pytest-timeout's 600 s: a slow index fails with pip's words
 
 
 def _digest(paths: list[Path]) -> str:
@@ -44,43 +42,22 @@ def _run(cmd: list[str], timeout: float, cwd: Path | None = None) -> subprocess.
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
 
 
-def _pip(python: Path, what: str, *args: str) -> None:
-    try:
-        proc = _run([str(python), "-m", "pip", "install", "--quiet", *args], PIP_TIMEOUT_S, cwd=ROOT)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        missing("client-venv", f"pip install {what}: {exc}")
-    if proc.returncode != 0:
-        tail = (proc.stdout + proc.stderr)[-2000:]
-        missing("client-venv", f"pip install {what} exited {proc.returncode}:\n{tail}")
-
-
 def client_venv() -> Path:
     """The python of `.cache/client-venv/<pyproject hash>` with this checkout's `[client]` install."""
     deps = _digest([ROOT / "pyproject.toml"])
-    venv = ROOT / ".cache" / "client-venv" / deps
-    python = venv / "bin" / "python"
     sources = _digest([*ROOT.glob("contract/**/*.py"), *ROOT.glob("env_client/**/*.py"), *ROOT.glob("env_server/*.py"),
                        *ROOT.glob("evaluation/**/*.py"), *ROOT.glob("trainer_client/**/*.py")])
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / f"{deps}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent test processes build it once
-        ready, stamp = venv / ".deps-ready", venv / ".sources"
-        if not (ready.is_file() and ready.read_text() == sys.version and python.exists()):
-            for old in venv.parent.iterdir():  # venvs of older dependency sets
-                if old.is_dir() and old.name != deps:
-                    shutil.rmtree(old, ignore_errors=True)
-                    old.with_suffix(".lock").unlink(missing_ok=True)
-            shutil.rmtree(venv, ignore_errors=True)
-            proc = _run([sys.executable, "-m", "venv", str(venv)], 120)
-            if proc.returncode != 0:
-                missing("client-venv", f"python -m venv {venv}: {proc.stderr[-2000:]}")
-            _pip(python, f"{ROOT.name}[client]", f"{ROOT}[client]")
-            ready.write_text(sys.version)
-            stamp.write_text(sources)
-        elif not stamp.is_file() or stamp.read_text() != sources:
-            _pip(python, f"{ROOT.name} (sources changed)", "--no-deps", "--force-reinstall", str(ROOT))
-            stamp.write_text(sources)
-    return python
+
+    def install(python: Path) -> None:
+        pip(python, ["install", "--quiet", f"{ROOT}[client]"], "client-venv", f"pip install {ROOT.name}[client]", cwd=ROOT)
+
+    def reinstall(python: Path) -> None:
+        pip(python, ["install", "--quiet", "--no-deps", "--force-reinstall", str(ROOT)], "client-venv",
+            f"pip install {ROOT.name} (sources changed)", cwd=ROOT)
+
+    return cached_venv(ROOT / ".cache" / "client-venv" / deps, part="client-venv", ready=".deps-ready",
+                       stamp=sys.version, install=install, sources=(".sources", sources), reinstall=reinstall,
+                       prune_others=True)
 
 
 def test_client_extra_alone_runs_a_full_episode(server, tmp_path):

@@ -20,12 +20,10 @@ the line itself and the Python version (an editable install: source changes need
 from __future__ import annotations
 
 import argparse
-import fcntl
 import hashlib
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -33,6 +31,7 @@ from pathlib import Path
 
 import pytest
 from support.requirements import missing
+from support.venvs import cached_venv
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").rglob("*.md") if "frameworks" not in p.parts)]
@@ -241,28 +240,17 @@ def docs_client_venv() -> Path:
     """`.cache/docs-client-venv/<hash>`: a fresh venv in which the docs' `[client]` line ran, from the root."""
     key = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + CLIENT_LINE.encode() + sys.version.encode())
     venv = ROOT / ".cache" / "docs-client-venv" / key.hexdigest()[:16]
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / f"{venv.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent test processes build it once
-        ready = venv / ".installed"
-        if not (ready.is_file() and (venv / "bin" / "python").exists()):
-            for old in venv.parent.iterdir():  # venvs of older pyproject.toml files
-                if old.is_dir() and old.name != venv.name:
-                    shutil.rmtree(old, ignore_errors=True)
-                    old.with_suffix(".lock").unlink(missing_ok=True)
-            shutil.rmtree(venv, ignore_errors=True)
-            made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True,
-                                  timeout=120)
-            if made.returncode != 0:
-                missing("client-venv", f"python -m venv {venv}: {made.stderr[-2000:]}")
-            try:
-                proc = _run(CLIENT_LINE, venv, ROOT, timeout=480)
-            except subprocess.TimeoutExpired as exc:
-                missing("client-venv", f"{CLIENT_LINE}: {exc}")
-            if proc.returncode != 0:
-                tail = (proc.stdout + proc.stderr)[-2000:]
-                missing("client-venv", f"{CLIENT_LINE} exited {proc.returncode}:\n{tail}")
-            ready.write_text(CLIENT_LINE)
+
+    def install(python: Path) -> None:
+        try:
+            proc = _run(CLIENT_LINE, venv, ROOT, timeout=480)
+        except subprocess.TimeoutExpired as exc:
+            missing("client-venv", f"{CLIENT_LINE}: {exc}")
+        if proc.returncode != 0:
+            tail = (proc.stdout + proc.stderr)[-2000:]
+            missing("client-venv", f"{CLIENT_LINE} exited {proc.returncode}:\n{tail}")
+
+    cached_venv(venv, part="client-venv", ready=".installed", stamp=CLIENT_LINE, install=install, prune_others=True)
     return venv
 
 

@@ -6,10 +6,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from env_support import run_server
+from support.servers import server_factory
 
-from env_server.config import ServerConfig
-from env_server.episode import EpisodeConfig
 from task_factory.demo_task import demo_tasks_file
 from verifier.task import TaskInstance, load_tasks
 
@@ -27,8 +25,4 @@ def demo_task(demo_tasks_path: Path) -> TaskInstance:
 @pytest.fixture
 def make_server(tmp_path: Path, demo_tasks_path: Path) -> Iterator[Any]:
     """Start servers with config overrides: ``with make_server(max_sessions=2) as srv: ...``."""
-    def factory(**overrides: Any) -> Any:
-        episode = overrides.pop("episode", None) or EpisodeConfig()
-        config = ServerConfig(tasks_path=demo_tasks_path, data_dir=tmp_path / "data", episode=episode, **overrides)
-        return run_server(config, load_tasks(demo_tasks_path))
-    yield factory
+    yield server_factory(demo_tasks_path, lambda: tmp_path / "data")  # one data dir: a restart reads it

@@ -73,9 +73,9 @@ def gold_rows(gold_tasks_file: Path) -> list[dict]:
 @pytest.fixture(scope="session")
 def env_server(gold_tasks_file: Path, tmp_path_factory: pytest.TempPathFactory):
     """One real env server (bwrap) on the gold tasks, shared by the session."""
-    from eval_support import start_server
+    from support.servers import start_server_process
 
-    server = start_server(gold_tasks_file, tmp_path_factory.mktemp("env-data"))
+    server = start_server_process(gold_tasks_file, tmp_path_factory.mktemp("env-data"))
     yield server
     server.stop()
 

@@ -14,14 +14,6 @@ ROOT = Path(__file__).resolve().parents[2]
 MODEL = "policy-double"
 
 
-def start_server(tasks: Path, data_dir: Path, extra_args: list[str] | None = None):
-    """`env-server serve` (bwrap) on a free loopback port, healthy; stop it with `.stop()`."""
-    from env_client.local_server import start_env_server
-
-    return start_env_server(tasks, backend="bwrap", data_dir=data_dir, startup_timeout_s=120,
-                            extra_args=["--max-sessions", "16", *(extra_args or [])])
-
-
 def cli_argv(*args: str) -> list[str]:
     """The `trainer-client` command line (the installed console script, as a user runs it)."""
     exe = Path(sys.executable).parent / "trainer-client"

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from eval_support import MODEL, report, result_lines, start_server, trainer_client
+from eval_support import MODEL, report, result_lines, trainer_client
+from support.servers import start_server_process
 from support.policy_double import PolicyDouble
 
 from env_client import read_jsonl, read_parquet
@@ -39,7 +40,7 @@ def paid_run(env_url: str, gold_tasks_file: Path, tmp_path_factory: pytest.TempP
     choice), which is killed as soon as the double gets its first request, before it answers."""
     tmp = tmp_path_factory.mktemp("paid-run")
     out = tmp / "out"
-    doomed = start_server(gold_tasks_file, tmp / "data-doomed")
+    doomed = start_server_process(gold_tasks_file, tmp / "data-doomed")
     killed = threading.Event()
     stop = threading.Event()
     try:

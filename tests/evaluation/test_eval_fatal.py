@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 import uvicorn
-from eval_support import result_lines, start_server, trainer_client
+from eval_support import result_lines, trainer_client
+from support.servers import start_server_process
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from support.policy_double import PolicyDouble
@@ -82,7 +83,7 @@ def test_endpoint_refusing_the_model_list_is_one_line(env_url: str, gold_tasks_f
 
 
 def test_wrong_env_token_is_refused_clearly(gold_tasks_file: Path, tmp_path: Path):
-    server = start_server(gold_tasks_file, tmp_path / "data", extra_args=["--auth-token", "the-right-token-123"])
+    server = start_server_process(gold_tasks_file, tmp_path / "data", extra_args=["--auth-token", "the-right-token-123"])
     try:
         with PolicyDouble(gold_tasks_file, "gold", tmp_path) as double:
             proc = trainer_client("evaluate", "--model", double.base_url, "--model-name", "policy-double",

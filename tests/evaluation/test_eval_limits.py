@@ -10,7 +10,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from eval_support import result_lines, run_eval, start_server
+from eval_support import result_lines, run_eval
+from support.servers import start_server_process
 from support.policy_double import PolicyDouble
 
 from env_client import read_jsonl
@@ -91,7 +92,7 @@ def test_wall_limit_cuts_an_env_step_and_auto_submits(env_url, limits_double, tm
 
 def test_step_limit_is_graded_by_the_env(gold_tasks_file: Path, limits_double, tmp_path: Path):
     double, files = limits_double
-    server = start_server(gold_tasks_file, tmp_path / "data", extra_args=["--max-steps", "3"])
+    server = start_server_process(gold_tasks_file, tmp_path / "data", extra_args=["--max-steps", "3"])
     try:
         out = tmp_path / "out"
         run_eval([server.url], files["ls"], double.base_url, out)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eval_support import report, result_lines, run_eval, start_server
+from eval_support import report, result_lines, run_eval
+
+from support.servers import start_server_process
 from support.policy_double import PolicyDouble
 from swebench.harness.utils import get_predictions_from_file
 
@@ -116,7 +118,7 @@ def test_no_swebench_task_no_predictions_file(tmp_path: Path):
 def test_a_diff_the_env_did_not_grade_is_reported_not_emptied(gold_tasks_file: Path, gold_rows, tmp_path: Path):
     """An env whose diff limit (64 bytes) is below the gold patch's size grades no diff: the row says
     why (`patch_error`), `model_patch` is null, and the report counts the episode."""
-    server = start_server(gold_tasks_file, tmp_path / "data", extra_args=["--set", "sandbox.limits.max_diff_bytes=64"])
+    server = start_server_process(gold_tasks_file, tmp_path / "data", extra_args=["--set", "sandbox.limits.max_diff_bytes=64"])
     one = tmp_path / "one.jsonl"
     one.write_text(json.dumps(gold_rows[0]) + "\n", encoding="utf-8")
     out = tmp_path / "out"

@@ -9,7 +9,9 @@ import threading
 import time
 from pathlib import Path
 
-from eval_support import result_lines, run_eval, start_server
+from eval_support import result_lines, run_eval
+
+from support.servers import start_server_process
 from support.policy_double import PolicyDouble
 
 from env_client.processes import signal_group
@@ -20,8 +22,8 @@ SAMPLES = 4
 def test_a_replica_killed_mid_run_loses_no_episode(gold_tasks_file: Path, gold_rows, tmp_path: Path):
     total = len(gold_rows) * SAMPLES
     out = tmp_path / "out"
-    a = start_server(gold_tasks_file, tmp_path / "data-a")
-    b = start_server(gold_tasks_file, tmp_path / "data-b")
+    a = start_server_process(gold_tasks_file, tmp_path / "data-a")
+    b = start_server_process(gold_tasks_file, tmp_path / "data-b")
     killed: list[int] = []
     stop = threading.Event()
 

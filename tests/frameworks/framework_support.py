@@ -12,7 +12,6 @@ with pip's words.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
@@ -21,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from support.requirements import missing
+from support.venvs import cached_venv, pip
 
 ROOT = Path(__file__).resolve().parents[2]
 VENVS = ROOT / ".cache" / "framework-venvs"
@@ -29,7 +28,6 @@ READY = ".framework-ready"  # written last: its content (requirements + python) 
 INSTALLED = ".project-digest"  # the digest of the project snapshot installed in the venv
 PROJECT_PARTS = ("pyproject.toml", "README.md", "contract", "env_client", "env_server", "sandbox", "task_factory",
                  "trainer_client", "verifier")
-PIP_TIMEOUT_S = 480  # under pytest-timeout's 600 s per test: a slow index fails with pip's words
 
 
 def _files() -> list[Path]:
@@ -60,55 +58,25 @@ def _snapshot(dest: Path) -> Path:
     return dest
 
 
-def _pip(python: Path, args: list[str], part: str, what: str) -> None:
-    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONNOUSERSITE": "1"}
-    env.pop("PYTHONPATH", None)
-    try:
-        proc = subprocess.run([str(python), "-m", "pip", *args], capture_output=True, text=True,
-                              timeout=PIP_TIMEOUT_S, env=env)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        missing(part, f"{what}: {exc}")
-    if proc.returncode != 0:
-        text = proc.stdout + proc.stderr
-        missing(part, f"{what} exited {proc.returncode}:\n{text[-2000:]}")
-
-
 def framework_python(name: str, requirements: list[str], part: str) -> Path:
     """The python of ``.cache/framework-venvs/<name>``: ``requirements`` + this project's
-    ``[client]`` extra, built once under a file lock; the project reinstalled when it changed."""
+    ``[client]`` extra, built once (support.venvs); the project reinstalled when it changed."""
     venv = VENVS / name
-    python = venv / "bin" / "python"
-    stamp = "\n".join([*requirements, sys.version]) + "\n"
-    VENVS.mkdir(parents=True, exist_ok=True)
-    with open(VENVS / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent test processes build it once
-        digest = project_digest()
-        ready = venv / READY
-        fresh = not (ready.is_file() and ready.read_text() == stamp and python.exists())
-        if not fresh and (venv / INSTALLED).is_file() and (venv / INSTALLED).read_text() == digest:
-            return python
+
+    def install(python: Path) -> None:
         with tempfile.TemporaryDirectory(prefix="swe-openenv-src-") as tmp:
             src = _snapshot(Path(tmp))
-            if fresh:
-                shutil.rmtree(venv, ignore_errors=True)
-                try:
-                    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True,
-                                   timeout=120)
-                except (OSError, subprocess.SubprocessError) as exc:
-                    shutil.rmtree(venv, ignore_errors=True)
-                    missing(part, f"cannot create the venv {venv}: {exc}")
-                try:
-                    _pip(python, ["install", "--quiet", *requirements, f"{src}[client]"], part,
-                         f"pip install {' '.join(requirements)} <project>[client] into {venv}")
-                except BaseException:
-                    shutil.rmtree(venv, ignore_errors=True)
-                    raise
-                ready.write_text(stamp)
-            else:
-                _pip(python, ["install", "--quiet", "--no-deps", "--force-reinstall", str(src)], part,
-                     f"pip install --no-deps <project> into {venv}")
-        (venv / INSTALLED).write_text(digest)
-        return python
+            pip(python, ["install", "--quiet", *requirements, f"{src}[client]"], part,
+                f"pip install {' '.join(requirements)} <project>[client] into {venv}")
+
+    def reinstall(python: Path) -> None:
+        with tempfile.TemporaryDirectory(prefix="swe-openenv-src-") as tmp:
+            src = _snapshot(Path(tmp))
+            pip(python, ["install", "--quiet", "--no-deps", "--force-reinstall", str(src)], part,
+                f"pip install --no-deps <project> into {venv}")
+
+    return cached_venv(venv, part=part, ready=READY, stamp="\n".join([*requirements, sys.version]) + "\n",
+                       install=install, sources=(INSTALLED, project_digest()), reinstall=reinstall)
 
 
 def run_script(python: Path, script: Path, args: list[str], cwd: Path, timeout_s: float = 540,

@@ -13,7 +13,6 @@ equals `compute_grpo_outcome_advantage` with its weights at 0 and the hand-compu
 
 from __future__ import annotations
 
-import fcntl
 import json
 import math
 import re
@@ -24,7 +23,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from framework_support import VENVS, _pip, framework_python, run_script, wait_no_sessions
+from framework_support import framework_python, run_script, wait_no_sessions
+from support.venvs import pip, venv_step
 
 from env_client.adapters.verl import AGENT_LOOP, ESTIMATOR, VERL_VERSION, build_parser, dataset_rows, tool_config
 from task_factory.demo_task import demo_tasks_file
@@ -67,12 +67,8 @@ def _doc_config_keys() -> list[str]:
 def verl_python() -> Path:
     python = framework_python(f"verl-{VERL_VERSION}", VERL_DEPS, "verl")
     venv = python.parent.parent
-    with open(VENVS / f"verl-{VERL_VERSION}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        marker = venv / ".verl-no-deps"
-        if not (marker.is_file() and marker.read_text() == VERL):
-            _pip(python, ["install", "--quiet", "--no-deps", VERL], "verl", f"pip install --no-deps {VERL} into {venv}")
-            marker.write_text(VERL)
+    venv_step(venv, ".verl-no-deps", VERL,
+              lambda: pip(python, ["install", "--quiet", "--no-deps", VERL], "verl", f"pip install --no-deps {VERL} into {venv}"))
     return python
 
 

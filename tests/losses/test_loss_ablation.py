@@ -15,7 +15,7 @@ from trl import GRPOConfig
 
 from .channels_support import loss_settings
 from .conftest import QWEN_VOCAB, tiny_qwen
-from .pairs_support import write_pairs
+from support.pairs import write_pairs
 from .rollouts_support import make_grpo_batch
 
 ARMS = {"baseline": (0.0, 0.0), "+hints": (0.1, 0.0), "+pairs": (0.0, 0.05), "full": (0.1, 0.05)}

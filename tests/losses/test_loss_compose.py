@@ -21,7 +21,7 @@ from trainer_client.losses.pairs import collate_pairs
 
 from .channels_support import loss_settings, make_channels
 from .conftest import QWEN_VOCAB, tiny_qwen
-from .pairs_support import write_pairs
+from support.pairs import write_pairs
 from .rollouts_support import make_grpo_batch
 
 

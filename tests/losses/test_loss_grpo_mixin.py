@@ -12,7 +12,7 @@ from .channels_support import loss_settings
 from .conftest import QWEN_VOCAB, tiny_qwen
 from .grpo_trainer_support import LossTrainer as _Trainer
 from .grpo_trainer_support import zero_reward as _reward
-from .pairs_support import write_pairs
+from support.pairs import write_pairs
 from .rollouts_support import make_grpo_batch
 
 

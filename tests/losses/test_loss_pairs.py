@@ -16,7 +16,7 @@ from trainer_client.losses import (
     response_logps,
 )
 
-from .pairs_support import write_pairs
+from support.pairs import write_pairs
 
 
 def test_load_and_render_pairs(tokenizer, tmp_path):

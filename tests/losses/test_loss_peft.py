@@ -22,7 +22,7 @@ from trainer_client.losses.pairs_channel import ReferenceLogps, pairs_loss
 from .channels_support import loss_settings
 from .conftest import QWEN_VOCAB, tiny_qwen
 from .grpo_trainer_support import LossTrainer, zero_reward
-from .pairs_support import write_pairs
+from support.pairs import write_pairs
 from .rollouts_support import make_grpo_batch
 
 from peft import LoraConfig

@@ -11,7 +11,7 @@ from trainer_client.losses import ReferenceLogps
 from trainer_client.losses.mixin import _current_layout
 
 from .channels_support import make_channels
-from .pairs_support import pair_records
+from support.pairs import pair_records
 
 HINTS = {"weight": 0.1, "divergence": "taid", "taid_adaptive": True, "taid_total_steps": 10}
 PAIRS = {"weight": 0.5, "per_step": 2}

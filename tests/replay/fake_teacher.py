@@ -1,3 +1,5 @@
 """Re-export for bench/ scripts (support.BENCH_SHIMS): the double is tests/support/teacher_double.py."""
 
-from tests.support.teacher_double import *  # noqa: F401,F403
+from tests.support.teacher_double import FakeTeacherServer, Reply
+
+__all__ = ["FakeTeacherServer", "Reply"]

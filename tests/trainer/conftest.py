@@ -11,6 +11,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest
 from support.requirements import missing
+from support.servers import start_server_process
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -28,21 +29,6 @@ def qwen_tokenizer():
 
 
 # ------------------------------------------------------------------ real env server + a tool-calling tiny model
-def _start_env_server(tasks, data_dir, max_sessions: int = 16):
-    """Start `env-server serve` (bwrap sandbox) on a free loopback port, healthy; (server, url).
-    Stop it with `_stop_process(server)`."""
-    from env_client.local_server import start_env_server
-
-    server = start_env_server(tasks, backend="bwrap", data_dir=data_dir, startup_timeout_s=120,
-                              extra_args=["--max-sessions", str(max_sessions)])
-    return server, server.url
-
-
-def _stop_process(server) -> None:
-    """Stop a server of `_start_env_server` (its whole process group)."""
-    server.stop()
-
-
 @pytest.fixture(scope="session")
 def small_pack_file():
     """tests/support/taskpacks.py's small pack of real tasks. Where the builder cannot make it (no network,
@@ -63,9 +49,10 @@ def small_pack_file():
 @pytest.fixture(scope="session")
 def real_env_url(bwrap, small_pack_file, tmp_path_factory):
     """URL of one real env server (bwrap sandbox, the small pack) shared by the session."""
-    proc, url = _start_env_server(small_pack_file, tmp_path_factory.mktemp("env-data"))
+    proc = start_server_process(small_pack_file, tmp_path_factory.mktemp("env-data"))
+    url = proc.url
     yield url
-    _stop_process(proc)
+    proc.stop()
 
 
 @pytest.fixture(scope="session")

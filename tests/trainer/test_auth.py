@@ -21,7 +21,7 @@ import pytest
 
 from env_client import ClientConfig, EnvAuthError, ReplicaPool, mux_url
 
-from .conftest import _start_env_server, _stop_process
+from support.servers import start_server_process
 
 pytestmark = pytest.mark.slow
 
@@ -38,13 +38,14 @@ def server(small_pack_file, tmp_path_factory):
     """(url, tasks file, instance ids) of an env server started with ENV_SERVER_TOKEN set."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ENV_SERVER_TOKEN", TOKEN)
-        proc, url = _start_env_server(small_pack_file, tmp_path_factory.mktemp("auth-data"))
+        proc = start_server_process(small_pack_file, tmp_path_factory.mktemp("auth-data"))
+        url = proc.url
     try:
         assert httpx.get(f"{url}/episodes", timeout=10).status_code == 401  # the replica does require it
         ids = [json.loads(l)["instance_id"] for l in small_pack_file.read_text().splitlines() if l.strip()]
         yield url, small_pack_file, ids
     finally:
-        _stop_process(proc)
+        proc.stop()
 
 
 @pytest.fixture(autouse=True)

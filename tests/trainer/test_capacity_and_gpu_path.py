@@ -16,14 +16,14 @@ import time
 from pathlib import Path
 
 import pytest
-from losses.pairs_support import write_pairs
+from support.pairs import write_pairs
 
 import trainer_client
 from env_client import ClientConfig, EnvCapacityError, mux_url
 from trainer_client.config import build_grpo_config, load_config
 from trainer_client.environment import make_environment_class
 
-from .conftest import _start_env_server, _stop_process
+from support.servers import start_server_process
 
 pytestmark = pytest.mark.slow
 SMOKE = Path(trainer_client.__file__).parent / "configs" / "cpu_smoke.yaml"
@@ -39,13 +39,14 @@ def server_factory(bwrap, small_pack_file, tmp_path_factory):
     procs = []
 
     def start(max_sessions: int) -> str:
-        proc, url = _start_env_server(small_pack_file, tmp_path_factory.mktemp("env"), max_sessions=max_sessions)
+        proc = start_server_process(small_pack_file, tmp_path_factory.mktemp("env"), max_sessions=max_sessions)
+        url = proc.url
         procs.append(proc)
         return url
 
     yield start
     for proc in procs:
-        _stop_process(proc)
+        proc.stop()
 
 
 def test_full_replica_makes_rollouts_wait_then_succeed(server_factory, small_pack_file, caplog):

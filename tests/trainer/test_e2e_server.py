@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import _start_env_server, _stop_process
+from support.servers import start_server_process
 
 pytestmark = pytest.mark.slow
 
@@ -27,9 +27,10 @@ def tasks_file():
 
 @pytest.fixture(scope="module")
 def server(bwrap, tasks_file, tmp_path_factory):
-    proc, url = _start_env_server(tasks_file, tmp_path_factory.mktemp("env-data"))
+    proc = start_server_process(tasks_file, tmp_path_factory.mktemp("env-data"))
+    url = proc.url
     yield url
-    _stop_process(proc)
+    proc.stop()
 
 
 @contextmanager
@@ -100,8 +101,10 @@ def test_two_replicas_one_killed_mid_run(tasks_file, tmp_path):
     from env_client import ClientConfig
     from trainer_client.environment import make_environment_class
 
-    proc_a, url_a = _start_env_server(tasks_file, tmp_path / "a")
-    proc_b, url_b = _start_env_server(tasks_file, tmp_path / "b")
+    proc_a = start_server_process(tasks_file, tmp_path / "a")
+    url_a = proc_a.url
+    proc_b = start_server_process(tasks_file, tmp_path / "b")
+    url_b = proc_b.url
     env_cls = make_environment_class([url_a, url_b], ClientConfig(reconnect_attempts=1, reconnect_backoff_s=0.1))
     try:
         iid = _instance_ids(tasks_file)[0]
@@ -112,7 +115,7 @@ def test_two_replicas_one_killed_mid_run(tasks_file, tmp_path):
         for e in envs:
             by_url.setdefault(e._session.connection.url, []).append(e)
         assert len(by_url) == 2
-        _stop_process(proc_b)
+        proc_b.stop()
         for e in envs:
             e.bash("echo hi")
         victims = [e for e in envs if e.infra_error]
@@ -140,5 +143,5 @@ def test_two_replicas_one_killed_mid_run(tasks_file, tmp_path):
         assert "hi" in fresh.bash("echo hi")
     finally:
         env_cls.runtime.close()
-        _stop_process(proc_a)
-        _stop_process(proc_b)
+        proc_a.stop()
+        proc_b.stop()

@@ -86,10 +86,11 @@ def test_real_grader_tampering_reaches_the_environment(tmp_path):
     from task_factory.demo_task import demo_tasks_file
     from verifier.task import load_tasks
 
-    from .conftest import _start_env_server, _stop_process
+    from support.servers import start_server_process
 
     task = load_tasks(demo_tasks_file())[0]
-    proc, url = _start_env_server(demo_tasks_file(), tmp_path / "data")
+    proc = start_server_process(demo_tasks_file(), tmp_path / "data")
+    url = proc.url
     env_cls = make_environment_class([url])
     try:
         hack, clean = env_cls(), env_cls()
@@ -105,4 +106,4 @@ def test_real_grader_tampering_reaches_the_environment(tmp_path):
         assert clean.get_reward() == 0.0 and not clean.reward_hacking and clean.suspicious == ()
     finally:
         env_cls.runtime.close()
-        _stop_process(proc)
+        proc.stop()

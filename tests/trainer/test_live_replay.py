@@ -15,7 +15,7 @@ import pytest
 import torch
 from support.teacher_double import FakeTeacherServer, Reply
 
-from .conftest import _start_env_server, _stop_process
+from support.servers import start_server_process
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,9 +27,10 @@ def always_git_diff(model: str, body: dict, n: int) -> Reply:
 
 @pytest.fixture(scope="module")
 def server(bwrap, small_pack_file, tmp_path_factory):
-    proc, url = _start_env_server(small_pack_file, tmp_path_factory.mktemp("env-data"))
+    proc = start_server_process(small_pack_file, tmp_path_factory.mktemp("env-data"))
+    url = proc.url
     yield url
-    _stop_process(proc)
+    proc.stop()
 
 
 def run_config(server, small_pack_file, toolcaller, out: Path, teachers: Path, steps: int):

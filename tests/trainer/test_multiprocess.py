@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import _start_env_server, _stop_process
+from support.servers import start_server_process
 
 pytestmark = pytest.mark.slow
 
@@ -30,10 +30,10 @@ PER_DEVICE = 2  # cpu_smoke.yaml's per_device_train_batch_size
 
 @pytest.fixture(scope="module")
 def replicas(bwrap, small_pack_file, tmp_path_factory):
-    servers = [_start_env_server(small_pack_file, tmp_path_factory.mktemp(f"env-{k}")) for k in "ab"]
-    yield [(url, Path(proc.argv[proc.argv.index("--data-dir") + 1])) for proc, url in servers]
-    for proc, _ in servers:
-        _stop_process(proc)
+    servers = [start_server_process(small_pack_file, tmp_path_factory.mktemp(f"env-{k}")) for k in "ab"]
+    yield [(proc.url, Path(proc.argv[proc.argv.index("--data-dir") + 1])) for proc in servers]
+    for proc in servers:
+        proc.stop()
 
 
 @pytest.fixture(scope="module")
