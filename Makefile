@@ -46,7 +46,7 @@ test: setup docker-setup
 	@bash .ci/test.sh
 
 # The tier a developer runs on every change: the test files tests/durations.json records under
-# 8 s each (tests/timing.py marks the rest `slow`), no Docker.
+# 8 s each (tests/support/timing.py marks the rest `slow`), no Docker.
 test-fast: setup
 	@bash .ci/test.sh -m "not slow and not docker"
 

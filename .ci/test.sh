@@ -5,7 +5,7 @@
 #
 # Most of the suite waits on servers, sandboxes and subprocesses, so its test files run in
 # SWE_TEST_WORKERS processes (pytest-xdist, default 2: one file per worker at a time, the longest
-# first: tests/timing.py). The sandbox's own tests (limits: fork and memory bombs, a runtime that
+# first: tests/support/timing.py). The sandbox's own tests (limits: fork and memory bombs, a runtime that
 # stops answering) run first, alone, on a quiet machine. Given test paths, only those run (in the
 # workers). SWE_TEST_WORKERS=0 runs everything in this process.
 set -uo pipefail

@@ -6,7 +6,7 @@ in one run, side by side:
 * throughput: episodes per minute of ``evaluate`` at concurrency 1, 8 and 32 (``--concurrency``),
   with a model that answers at once: an explore policy (``--turns`` bash ``ls`` calls, then
   submit) in process (the harness's own cost, no HTTP) and, beside it, the policy double of
-  tests/evaluation/policy_double.py (``--mode explore``, no delay) as its own process over HTTP
+  tests/support/policy_double.py (``--mode explore``, no delay) as its own process over HTTP
   (what a real endpoint's client adds). Every episode is graded by the env (the submit runs the
   task's hidden tests), as in a real evaluation;
 * the harness's own time per turn beside a raw env step, on the same server in the same run:
@@ -49,6 +49,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.append(str(ROOT / "tests"))  # the test helpers (support/), after the project
 
 from machine import pipe_round_trip_us  # noqa: E402
 
@@ -198,7 +199,7 @@ def run_eval(url: str, tasks: Path, out: Path, policy: Callable[[], Any], episod
 
 @contextlib.contextmanager
 def http_double(tasks: Path, turns: int, log_dir: Path):
-    from tests.evaluation.policy_double import PolicyDouble
+    from support.policy_double import PolicyDouble
 
     with PolicyDouble(tasks, "explore", log_dir, turns=turns) as double:
         yield double

@@ -16,7 +16,7 @@ The total row is the median over tasks of the per-task p50s, and its overhead.
   modules, the graded tree's history rebuilt, the tests run as the only shell of the sandbox
   behind a Landlock wall, the log checked against the canaries), with the result cache off.
 
-Tasks: the demo task plus the cached small pack of real tasks (``tests/taskpack.py``,
+Tasks: the demo task plus the cached small pack of real tasks (``tests/support/taskpacks.py``,
 3 tasks), or every task of ``--tasks FILE`` (e.g. one built by ``task-factory build``).
 Targets: the defences add at most 15% to a grader with none (the default baseline), and the current
 grader takes at most 1.5x the first-round grader's time (``--before f216933``: the third round of
@@ -146,7 +146,7 @@ def load_bench_tasks(tasks_file: str | None) -> list[TaskInstance]:
     if tasks_file:
         return load_tasks(tasks_file)
     sys.path.append(str(ROOT / "tests"))  # after the repo root: tests/sandbox/ must not shadow `sandbox`
-    from taskpack import build_small_pack
+    from support.taskpacks import build_small_pack
 
     return load_tasks(demo_tasks_file()) + load_tasks(build_small_pack(3))
 

@@ -78,8 +78,8 @@ def _step_setup(mode: str, threads: int, completion_len: int, site_frac: float):
     from trainer_client.tokenizer import load_qwen_tokenizer
 
     torch.set_num_threads(threads)
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "losses"))
-    from pairs_data import write_pairs  # the same pair records the tests use
+    sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    from support.pairs import write_pairs  # the same pair records the tests use
 
     from trainer_client.trainer import SweGRPOTrainer as Trainer
 

@@ -1,13 +1,13 @@
 """Multi-process CPU run vs single-process run on the same global batch.
 
-Starts two real env servers (bwrap, tests/taskpack.py's small pack) on loopback and runs
+Starts two real env servers (bwrap, tests/support/taskpacks.py's small pack) on loopback and runs
 `trainer-client train` (cpu_smoke.yaml) twice on the same global batch: one process with
 per_device_train_batch_size=B, then `accelerate launch --num_processes 2` (DDP on gloo,
 trainer_client/configs/accelerate/ddp_cpu2.yaml) with B/2 per process. Prints, side by side,
 the mean per-step `step_time` (TRL's) and `env/tool_phase_s` (wall seconds of the tool rounds,
 the slowest rank's) over the steps after the first.
 
-The policy: the tool-calling tiny model of tests/trainer/toolcaller.py when one is cached
+The policy: the tool-calling tiny model of tests/trainer/toolcaller_support.py when one is cached
 (`--model DIR` or the newest ~/.cache/swe-openenv/test-models/tiny-qwen2-toolcaller-*, with its
 PROBE prompt: `bash ls`, `bash nosuchcmd`), else the random smoke model (which calls no tools).
 
@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT / "tests"))  # the test helpers (support/), after the project
 os.environ.update(HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1", TRL_EXPERIMENTAL_SILENCE="1",
                   TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
 
@@ -45,7 +46,7 @@ def run(processes: int, per_device: int, urls: list[str], tasks: Path, model: Pa
             "--max-steps", str(steps), "--set", f"grpo.per_device_train_batch_size={per_device}",
             "--set", "grpo.max_completion_length=96", "--set", "output.plot=false", "--set", 'grpo.save_strategy="no"']
     if model is not None:
-        from trainer.toolcaller import PROBE_INSTANCE, PROBE_PROMPT
+        from trainer.toolcaller_support import PROBE_INSTANCE, PROBE_PROMPT
 
         args += ["--set", f"model.name_or_path={model}", "--set", f"data.instance_ids=[{PROBE_INSTANCE}]",
                  "--set", f"data.prompt={json.dumps(PROBE_PROMPT)}", "--set", "data.repeat=64"]
@@ -63,8 +64,8 @@ def run(processes: int, per_device: int, urls: list[str], tasks: Path, model: Pa
 
 
 def main() -> None:
-    from taskpack import build_small_pack
-    from trainer.conftest import _start_env_server, _stop_process
+    from support.servers import start_server_process
+    from support.taskpacks import build_small_pack
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, default=4, help="global batch (rollouts per step; even)")
@@ -74,15 +75,15 @@ def main() -> None:
     model = opts.model or toolcaller_model()
     tasks = build_small_pack(3)
     with tempfile.TemporaryDirectory() as tmp:
-        servers = [_start_env_server(tasks, Path(tmp) / f"env-{k}") for k in "ab"]
+        servers = [start_server_process(tasks, Path(tmp) / f"env-{k}") for k in "ab"]
         try:
-            urls = [u for _, u in servers]
+            urls = [s.url for s in servers]
             print(f"policy: {model or 'random tiny-qwen (no tool calls)'}; global batch {opts.batch}; "
                   f"{opts.steps} steps; {os.cpu_count()} CPU cores", flush=True)
             rows = {n: run(n, opts.batch // n, urls, tasks, model, opts.steps, Path(tmp) / f"run{n}") for n in (1, 2)}
         finally:
-            for proc, _ in servers:
-                _stop_process(proc)
+            for server in servers:
+                server.stop()
 
     def mean(n: int, key: str) -> float:
         values = [r.get(key, 0.0) for r in rows[n][1:]] or [r.get(key, 0.0) for r in rows[n]]

@@ -36,7 +36,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "replay"))
+sys.path.append(str(ROOT / "tests"))  # the test helpers (support/), after the project
 
 from env_client.local_server import LocalEnvServer, start_env_server  # noqa: E402
 
@@ -146,7 +146,7 @@ def main() -> None:
     ap.add_argument("--skip-overhead", action="store_true")
     args = ap.parse_args()
     tasks, policy, checkpoints = demo_artifacts()
-    from fake_teacher import FakeTeacherServer, Reply
+    from support.teacher_double import FakeTeacherServer, Reply
 
     with tempfile.TemporaryDirectory() as tmp:
         episodes = demo_episodes(Path(tmp) / "data")

@@ -14,8 +14,8 @@ Where a helper lives and what it is called:
   on ``sys.path``). A helper a second folder needs moves here.
 - ``tests/<folder>/<thing>_episode.py``: a script a test runs by path with another
   interpreter (a framework's or a client's venv); it is never imported.
-- ``conftest.py``, ``__init__.py`` and ``test_*.py``; nothing else. The only other modules are
-  the re-exports ``BENCH_SHIMS`` names: old paths that scripts under bench/ still import.
+- ``conftest.py``, ``__init__.py`` and ``test_*.py``; nothing else. Scripts under bench/ that use
+  a test helper import it by these names too (``support.taskpacks``, ``trainer.toolcaller_support``).
 
 tests/ itself is on ``sys.path`` by pytest's default import mode (tests/conftest.py is in a
 folder without ``__init__.py``); no test file or conftest edits ``sys.path``. A cached venv
@@ -23,12 +23,3 @@ is built only by ``support.venvs`` (``cached_venv``: its file lock, ready stamp,
 project reinstall; ``venv_step``: one more locked install step). tests/unit/test_suite_layout.py
 enforces all of this.
 """
-
-#: old helper paths kept as one-line re-exports for the scripts of bench/ that import them
-#: (tests/unit/test_suite_layout.py fails once no bench script names one: then delete it)
-BENCH_SHIMS = {
-    "tests/taskpack.py": "support.taskpacks",
-    "tests/trainer/toolcaller.py": "trainer.toolcaller_support",
-    "tests/replay/fake_teacher.py": "support.teacher_double",
-    "tests/evaluation/policy_double.py": "support.policy_double",
-}

@@ -4,10 +4,8 @@ they are called, who builds venvs, who edits sys.path."""
 from __future__ import annotations
 
 import ast
-import re
 from pathlib import Path
 
-from support import BENCH_SHIMS
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
@@ -28,8 +26,6 @@ def misnamed(paths: list[Path], top: Path = TESTS) -> list[str]:
         if rel.parts[0] == "support" or name in ("conftest.py", "__init__.py") or name.startswith("test_"):
             continue
         if name.endswith(("_support.py", "_episode.py")) and len(rel.parts) == 2:
-            continue
-        if f"tests/{rel.as_posix()}" in BENCH_SHIMS:
             continue
         out.append(rel.as_posix())
     return out
@@ -122,15 +118,40 @@ def test_only_support_venvs_builds_a_venv_or_takes_a_file_lock():
     assert venv_builders(_modules()) == []
 
 
-def test_bench_shims_are_one_line_re_exports_that_bench_still_imports():
-    bench = "\n".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "bench").glob("*.py")))
-    for rel, target in BENCH_SHIMS.items():
-        path = ROOT / rel
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        imports = [n for n in tree.body if isinstance(n, ast.ImportFrom)]
-        assert len(imports) == 1 and imports[0].module.endswith(target.split(".", 1)[-1]), rel
-        assert all(isinstance(n, (ast.Expr, ast.ImportFrom, ast.Assign)) for n in tree.body), rel
-        assert re.search(rf"from [\w.]*\b{path.stem} import", bench), f"no bench script imports {rel}: delete it"
+def _installed(name: str) -> bool:
+    """A third-party module of that name is installed (``datasets``, ``docker``: not a test folder)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    places = [spec.origin] if spec and spec.origin else list(spec.submodule_search_locations or []) if spec else []
+    return any("site-packages" in str(place) for place in places)
+
+
+def bench_helper_imports(bench: Path, tests: Path, root: Path = ROOT) -> list[str]:
+    """Imports of bench/ scripts that reach a test helper by another name than the naming rule's
+    (``support.<thing>``, ``<folder>.<thing>_support``): a test module itself, or an old path."""
+    packages = {p.name for p in root.iterdir() if (p / "__init__.py").is_file()}  # the project's own
+    out = []
+    for path in sorted(bench.glob("*.py")):
+        for module in _imports(path):
+            head, _, rest = module.partition(".")
+            if head == "support" or rest.endswith("_support") or head in packages or _installed(head):
+                continue
+            if head == "tests" or (tests / head).is_dir() or (tests / f"{head}.py").is_file():
+                out.append(f"{path.name}: {module}")
+    return out
+
+
+def test_bench_scripts_import_test_helpers_by_their_names(tmp_path):
+    assert bench_helper_imports(ROOT / "bench", ROOT / "tests") == []
+    for folder in ("bench", "tests/evaluation", "tests/support", "tests/trainer"):  # the rule catches an old
+        (tmp_path / folder).mkdir(parents=True)                                   # path and a test module
+    (tmp_path / "tests" / "taskpack.py").write_text("")
+    (tmp_path / "bench" / "b.py").write_text("from taskpack import x\nfrom tests.evaluation.policy_double import y\n"
+                                             "from support.taskpacks import z\nfrom trainer.toolcaller_support import w\n"
+                                             "from sandbox import open_sandbox\n")
+    assert bench_helper_imports(tmp_path / "bench", tmp_path / "tests") == [
+        "b.py: taskpack", "b.py: tests.evaluation.policy_double"]
 
 
 def test_the_rules_would_catch_a_stray_helper_a_path_edit_and_a_venv_builder(tmp_path):
