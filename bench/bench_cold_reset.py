@@ -22,7 +22,10 @@ Prints p50 / p90 per phase (ms) and the total, against the 50 ms target of issue
 ``--baseline REV``: the same starts, alternating with starts whose runtime is ``sandbox/runtime.py``
 as of git revision REV (before and after in one run, under the same load); a table for each.
 
-Usage: python bench/bench_cold_reset.py [--resets 30] [--tasks FILE] [--baseline REV]
+``--cpu-policy normal``: the sandboxes at normal CPU priority (a server's run at idle: from its
+layers on, a starting runtime then waits for every other process of a busy machine).
+
+Usage: python bench/bench_cold_reset.py [--resets 30] [--tasks FILE] [--baseline REV] [--cpu-policy idle|normal]
 """
 
 from __future__ import annotations
@@ -108,11 +111,11 @@ class Timer:
         asyncio.create_subprocess_exec = self._spawn
 
 
-async def run(tasks, n: int, data: Path, runtimes: list[Path]) -> list[list[dict[str, float]]]:
+async def run(tasks, n: int, data: Path, runtimes: list[Path], cpu_policy: str) -> list[list[dict[str, float]]]:
     """``n`` timed starts per runtime source, the sources taking turns start by start."""
     timer = Timer()
     data.mkdir(parents=True, exist_ok=True)
-    config = ServerConfig(tasks_path=None, data_dir=data)
+    config = ServerConfig(tasks_path=None, data_dir=data, sandbox={"limits": {"cpu_policy": cpu_policy}})
     store = TraceStore(data)
     laps: list[list[dict[str, float]]] = [[] for _ in runtimes]
     try:
@@ -165,6 +168,10 @@ def main() -> None:
     parser.add_argument("--resets", type=int, default=30)
     parser.add_argument("--baseline", metavar="REV",
                         help="also time starts with the runtime of this git revision, alternating with the current")
+    parser.add_argument("--cpu-policy", choices=("idle", "normal"), default="idle",
+                        help="the sandboxes' CPU policy (idle: a server's default). From its layers on, a runtime "
+                             "at idle priority waits for every other process: on a busy machine, normal shows "
+                             "the start's own cost")
     args = parser.parse_args()
     tasks = load_tasks(args.tasks or demo_tasks_file())
     load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -172,8 +179,9 @@ def main() -> None:
         runtimes = [bwrap_module.RUNTIME_SCRIPT]
         if args.baseline:
             runtimes.append(runtime_at(args.baseline, Path(tmp)))
-        laps = asyncio.run(run(tasks, args.resets, Path(tmp) / "data", runtimes))
-    print(f"\ncold episode start on bwrap, {len(tasks)} tasks in turn, {args.resets} starts per runtime, one at a "
+        laps = asyncio.run(run(tasks, args.resets, Path(tmp) / "data", runtimes, args.cpu_policy))
+    print(f"\ncold episode start on bwrap (CPU policy {args.cpu_policy}), {len(tasks)} tasks in turn, "
+          f"{args.resets} starts per runtime, one at a "
           f"time (load average before: {load}; after: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}; "
           f"pipe round trip now: {pipe_round_trip_us():.1f} us)")
     if args.baseline:
