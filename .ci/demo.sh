@@ -175,9 +175,10 @@ print('   resolved %d/%d, lost %d (cached); report: %s' % (o['resolved'], o['sco
       ckpt=$OUT/train/final dest=$EVAL_AFTER fresh=(--fresh)
       echo "   after $STEPS GRPO steps:"
     fi
-    show "$OUT/evaluate.log" '^resolved ' $BIN/trainer-client evaluate --model "$ckpt" --env-url "$URL" \
-      --tasks "$TASKS_DIR/tasks.jsonl" --samples 2 --concurrency 4 --config trainer_client/configs/cpu_smoke.yaml \
-      --out "$dest" --quiet "${fresh[@]}"
+    # its progress on the console: the model served, then a line per finished episode, then the result
+    show "$OUT/evaluate.log" '^resolved |^\[[0-9]+/[0-9]+\] |served as' $BIN/trainer-client evaluate --model "$ckpt" \
+      --env-url "$URL" --tasks "$TASKS_DIR/tasks.jsonl" --samples 2 --concurrency 4 \
+      --config trainer_client/configs/cpu_smoke.yaml --out "$dest" "${fresh[@]}"
   done
   phase_done "5 evaluate"
 fi

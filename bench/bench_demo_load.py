@@ -1,0 +1,120 @@
+"""`make demo` as a newcomer runs it, on a machine that is busy with something else (issue 37, item 7).
+
+    python bench/bench_demo_load.py                 # a fresh clone of HEAD, one busy loop beside it
+    python bench/bench_demo_load.py --busy 0        # the same, on an otherwise idle machine
+    python bench/bench_demo_load.py --reuse-venv    # skip the install: the checkout's .venv, linked
+
+What it measures: the wall time of `make demo` in a fresh `git clone` of this checkout (its own task
+cache, warm start and runs; the pip and Hugging Face caches of the machine are the machine's), with
+`--busy N` processes spinning on the CPU beside it (each one core's worth of load), and how the run
+talks while it works: the longest stretch with no new console line, per phase (the demo's
+`== k/5` headers), against the 30 s a newcomer waits before wondering whether it hangs. The demo's
+own phase times (its closing table) are reported as printed. Target: at most 10 minutes with one
+busy loop, no silence over 30 s.
+
+A benchmark, not a test: the numbers go in the closing note and docs, with the command and the load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET_S = 600.0
+SILENCE_S = 30.0
+BUSY = "import os\nwhile True:\n    pass\n"
+
+
+def start_busy(n: int) -> list[subprocess.Popen]:
+    """`n` processes that each keep one core busy (niced like any other job: not at idle priority)."""
+    return [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(n)]
+
+
+def run_demo(clone: Path, env: dict[str, str]) -> tuple[float, list[tuple[float, str]], int]:
+    """`make demo` in `clone`: (wall seconds, [(seconds since start, line)], exit status)."""
+    lines: list[tuple[float, str]] = []
+    start = time.monotonic()
+    proc = subprocess.Popen(["make", "demo"], cwd=clone, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, bufsize=1)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        now = time.monotonic() - start
+        lines.append((now, line.rstrip("\n")))
+        print(f"[{now:7.1f}] {line}", end="", flush=True)
+    rc = proc.wait()
+    return time.monotonic() - start, lines, rc
+
+
+def silences(lines: list[tuple[float, str]], end: float) -> list[tuple[str, float, float]]:
+    """Per phase (the text before the first header is "setup"): (phase, its longest gap between two
+    console lines, when that gap started)."""
+    out: dict[str, tuple[float, float]] = {}
+    phase, last = "setup", 0.0
+    for t, text in lines + [(end, "")]:
+        gap = t - last
+        if gap > out.get(phase, (0.0, 0.0))[0]:
+            out[phase] = (gap, last)
+        header = re.match(r"== (\d/5 [^:(]+)", text)
+        if header:
+            phase = header.group(1).strip()
+        last = t
+    return [(p, g, at) for p, (g, at) in out.items()]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--busy", type=int, default=1, help="busy loops beside the demo (default 1: one core's worth)")
+    ap.add_argument("--reuse-venv", action="store_true", help="link this checkout's .venv instead of installing")
+    ap.add_argument("--keep", action="store_true", help="keep the clone (its runs/ and .cache/) afterwards")
+    args = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-demo-"))
+    clone = tmp / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    head = subprocess.run(["git", "-C", str(clone), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    if args.reuse_venv:
+        (clone / ".venv").symlink_to(ROOT / ".venv")
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    load_before = os.getloadavg()
+    busy = start_busy(args.busy)
+    try:
+        wall, lines, rc = run_demo(clone, env)
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    load_after = os.getloadavg()
+    print(f"\n# make demo on a fresh clone of {head}: {os.cpu_count()} cores, {args.busy} busy loop(s) beside it, "
+          f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} at the end (1 min)")
+    print(f"exit status {rc}; wall {wall:.0f} s ({int(wall) // 60} min {int(wall) % 60:02d} s); "
+          f"target {TARGET_S:.0f} s: {'met' if wall <= TARGET_S and rc == 0 else 'NOT met'}")
+    table = [text for _, text in lines]
+    if "== phase times" in " ".join(table):
+        start = next(i for i, text in enumerate(table) if text.startswith("== phase times"))
+        print("the demo's own phase times:")
+        for text in table[start + 1:]:
+            if text.startswith("   "):
+                print(text)
+    print(f"longest silence per phase (no console line; target at most {SILENCE_S:.0f} s):")
+    worst = 0.0
+    for phase, gap, at in silences(lines, wall):
+        worst = max(worst, gap)
+        print(f"   {phase:<34} {gap:6.1f} s  (from {at:.0f} s)")
+    print(f"silence target: {'met' if worst <= SILENCE_S else 'NOT met'} (longest {worst:.1f} s)")
+    if not args.keep:
+        subprocess.run(["rm", "-rf", str(tmp)], check=False)
+    else:
+        print(f"kept: {clone}")
+    return 0 if rc == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
