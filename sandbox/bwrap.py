@@ -14,8 +14,10 @@ import asyncio
 import functools
 import hashlib
 import importlib.util
+import json
 import os
 import py_compile
+import select
 import shutil
 import sys
 import uuid
@@ -96,6 +98,69 @@ def _synthetic_etc(cache: Path) -> Path:
     return d
 
 
+def _join_cgroup(cgroup: SessionCgroup, bwrap_pid: int, info_fd: int) -> None:
+    """Move the jail's processes into the session's cgroup before the runtime reads its init
+    message (blocking: call in a thread; closes ``info_fd``).
+
+    Nothing of the session forks before the runtime has its init message: bwrap (``bwrap_pid``),
+    its child (the jail's pid 1, named on ``info_fd``) and, once that one has set up the mounts,
+    the runtime are all there is. They are moved while the jail starts, not before it (a shell
+    joining the cgroup, then exec'ing bwrap, kept bwrap waiting for the move: a migration waits
+    for an RCU grace period, about 10 ms each start). Whatever they start from then on starts in
+    the cgroup: a move holds off forks until it is done, and the children listed after a move are
+    moved in turn. (What the runtime allocated before its move, its interpreter's start, is
+    charged where the server's memory is.) OSError when any of it fails; nothing to move when
+    bwrap ended before making its child (the handshake then reports why)."""
+    data = b""
+    try:
+        while True:
+            if not select.select([info_fd], [], [], START_TIMEOUT_S)[0]:
+                raise OSError(f"bwrap named no child within {START_TIMEOUT_S:g} s")
+            chunk = os.read(info_fd, 4096)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(info_fd)
+    if not data.strip():
+        return  # bwrap failed before its clone (a child it made dies with it: --die-with-parent)
+    try:
+        child = int(json.loads(data)["child-pid"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise OSError(f"bwrap named no child pid ({data[:200]!r})") from e
+    todo, moved = [bwrap_pid, child], set()
+    while todo:
+        pid = todo.pop()
+        if pid in moved:
+            continue
+        for procs in cgroup.procs_files:
+            with open(procs, "w") as f:
+                f.write(str(pid))
+        moved.add(pid)
+        if pid != bwrap_pid:  # (bwrap's own child is named above)
+            todo += _children_of(pid)
+
+
+def _children_of(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` (its /proc children file; a scan of /proc where the kernel has none)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except FileNotFoundError:
+        if not os.path.exists(f"/proc/{pid}"):
+            raise
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    if int(f.read().rsplit(b")", 1)[1].split()[1]) == pid:
+                        found.append(int(name))
+            except (OSError, IndexError, ValueError):
+                pass
+    return found
+
+
 class BwrapSandbox(JailSandbox):
     """A session in a bubblewrap jail. Use :func:`sandbox.open_sandbox`."""
 
@@ -130,26 +195,46 @@ class BwrapSandbox(JailSandbox):
         # The arguments go in through a pipe (--args), so /proc/1/cmdline inside
         # the jail shows no host paths.
         split = argv.index("--")
+        info_r = info_w = None
+        if cgroup is not None:  # bwrap says its child's pid here: the jail's processes join the cgroup
+            info_r, info_w = os.pipe()
+            argv[split:split] = ["--info-fd", str(info_w)]
+            split += 2
         args_r, args_w = os.pipe()
         os.write(args_w, b"".join(a.encode() + b"\0" for a in argv[1:split]))
         os.close(args_w)
         argv = [argv[0], "--args", str(args_r), *argv[split:]]
-        if cgroup is not None:  # join the cgroup before bwrap forks anything
-            argv = ["/bin/sh", "-c", 'for f in $0; do echo $$ > "$f"; done; exec "$@"',
-                    " ".join(cgroup.procs_files), *argv]
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, start_new_session=True, limit=MAX_LINE,
-                env={"PATH": "/usr/bin:/bin"}, pass_fds=(args_r,))
+                env={"PATH": "/usr/bin:/bin"}, pass_fds=(args_r,) if info_w is None else (args_r, info_w))
         except BaseException as e:
             if cgroup:
                 cgroup.remove()
+            if info_r is not None:
+                os.close(info_r)
             if isinstance(e, OSError):
                 raise SandboxStartError(f"cannot start bwrap: {e}") from e
             raise
         finally:
             os.close(args_r)
+            if info_w is not None:
+                os.close(info_w)
+        if cgroup is not None:
+            try:
+                await asyncio.to_thread(_join_cgroup, cgroup, proc.pid, info_r)
+            except BaseException as e:
+                try:
+                    os.killpg(proc.pid, 9)
+                except ProcessLookupError:
+                    pass
+                await proc.wait()
+                cgroup.kill_all()
+                cgroup.remove()
+                if isinstance(e, OSError):
+                    raise SandboxStartError(f"the jail cannot join its cgroup: {e}") from e
+                raise
         info = SandboxInfo(backend="bwrap", cgroup=cgroup is not None, blocked_tools_absent=True,
                            base_commit=template.base_commit,
                            details={"blocked_paths_hidden": str(len(view.blocked_found))})
