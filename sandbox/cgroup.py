@@ -13,6 +13,8 @@ from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
 PARENT = "swe-openenv"
+# An empty session cgroup younger than this may be a live process's that its jail has yet to join.
+STALE_AFTER_S = 600.0
 _swept = False
 
 
@@ -27,13 +29,19 @@ class SessionCgroup:
         return [str(d / "cgroup.procs") for d in self.dirs]
 
     @staticmethod
-    def sweep_stale() -> None:
-        """Remove empty session cgroups left by a server that died (rmdir fails on busy ones)."""
+    def sweep_stale(min_age_s: float = STALE_AFTER_S) -> None:
+        """Remove empty session cgroups left by a server that died (rmdir fails on busy ones). Only
+        those made ``min_age_s`` ago or earlier: another live process's session cgroup is empty between
+        its creation and its jail joining it (while the jail starts), and must not go."""
+        import time
+
+        cutoff = time.time() - min_age_s
         for parent in (ROOT / PARENT, ROOT / "pids" / PARENT, ROOT / "memory" / PARENT):
             if parent.is_dir():
                 for d in parent.glob("s-*"):
                     try:
-                        d.rmdir()
+                        if d.stat().st_mtime <= cutoff:
+                            d.rmdir()
                     except OSError:
                         pass
 

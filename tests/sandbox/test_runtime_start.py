@@ -198,3 +198,24 @@ async def test_a_bwrap_jail_and_all_it_starts_are_in_the_session_cgroup(secret_r
                 members = {int(p) for p in f.read().split()}
             assert len(tree) >= 6 and members == tree, (procs, sorted(members), sorted(tree))
         assert (await job).ok
+
+
+def test_a_sweep_of_stale_cgroups_leaves_a_young_empty_one_alone():
+    """A process's first session sweeps the empty session cgroups dead servers left. Another live process's
+    new session cgroup is empty too while its jail starts (it joins during the start): the sweep takes only
+    those older than STALE_AFTER_S, so it never pulls one from under a starting jail (the full suite saw
+    "the jail cannot join its cgroup: No such file or directory" when it took every empty one)."""
+    import uuid
+
+    from sandbox.cgroup import SessionCgroup
+
+    cgroup = SessionCgroup.create(f"s-{uuid.uuid4().hex[:12]}", pids=64, memory_mb=64)
+    if cgroup is None:  # fails in CI, skips elsewhere (tests/support/requirements.py)
+        missing("cgroups", "this host lets the bwrap backend make no session cgroup")
+    try:
+        SessionCgroup.sweep_stale()  # as another process's first session does
+        assert cgroup.dirs and all(d.is_dir() for d in cgroup.dirs)
+        SessionCgroup.sweep_stale(min_age_s=0)  # one that old is a dead server's: swept
+        assert not any(d.exists() for d in cgroup.dirs)
+    finally:
+        cgroup.remove()
