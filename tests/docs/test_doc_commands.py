@@ -186,13 +186,14 @@ ELSEWHERE = {
     "--max-steps 1 --output-dir /tmp/run": "tests/containers/test_trainer_image.py (on the compose network)",
     "export SWE_TASKS_DIR=/abs/path/to/pack": COMPOSE_TEST,
     "docker compose up -d env": COMPOSE_TEST,
-    "curl -s 127.0.0.1:8000/health": COMPOSE_TEST,
+    "curl -s 'http://$(docker' compose port --index=1 env '8000)/health'": COMPOSE_TEST,
     "docker compose port --index=1 env 8000": COMPOSE_TEST,
     "for i in 1 2 3 '4;' do echo 'http://$(docker' compose port '--index=$i' env '8000);' done": COMPOSE_TEST,
     "docker compose up -d --scale env=4 env": COMPOSE_TEST,
+    "export 'URLS=$(for' i in 1 2 3 '4;' do echo --env-url 'http://$(docker' compose port '--index=$i' env '8000);' "
+    "'done)'": COMPOSE_TEST,
     "trainer-client train --config trainer_client/configs/gpu_qwen.yaml --tasks '$SWE_TASKS_DIR/tasks.jsonl' "
-    "--env-url http://127.0.0.1:8000 --env-url http://127.0.0.1:8001 --env-url http://127.0.0.1:8002 --env-url "
-    "http://127.0.0.1:8003": COMPOSE_TEST + " (with --dry-run: the GPU config's memory estimate, no GPU here)",
+    "'$URLS'": COMPOSE_TEST + " (with --dry-run: the GPU config's memory estimate, no GPU here)",
     "docker compose ps": COMPOSE_TEST,
     "docker compose exec -T --index=2 env ls /data/swe-openenv-env-2/traces": COMPOSE_TEST,
     "docker compose down": COMPOSE_TEST,
