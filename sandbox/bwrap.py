@@ -188,7 +188,7 @@ class BwrapSandbox(JailSandbox):
         init["base_commit"] = template.base_commit
         cgroup = None
         if config.policy.cgroups is not LayerMode.off:
-            cgroup = await asyncio.to_thread(SessionCgroup.create, f"s-{session_id}", config.limits.pids,
+            cgroup = await asyncio.to_thread(SessionCgroup.create, SessionCgroup.name(session_id), config.limits.pids,
                                              config.limits.memory_mb)
             if cgroup is None and config.policy.cgroups is LayerMode.required:
                 raise SandboxStartError("cgroups are required by the policy but cannot be created here")

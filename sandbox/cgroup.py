@@ -13,8 +13,6 @@ from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
 PARENT = "swe-openenv"
-# An empty session cgroup younger than this may be a live process's that its jail has yet to join.
-STALE_AFTER_S = 600.0
 _swept = False
 
 
@@ -29,21 +27,26 @@ class SessionCgroup:
         return [str(d / "cgroup.procs") for d in self.dirs]
 
     @staticmethod
-    def sweep_stale(min_age_s: float = STALE_AFTER_S) -> None:
-        """Remove empty session cgroups left by a server that died (rmdir fails on busy ones). Only
-        those made ``min_age_s`` ago or earlier: another live process's session cgroup is empty between
-        its creation and its jail joining it (while the jail starts), and must not go."""
-        import time
-
-        cutoff = time.time() - min_age_s
+    def sweep_stale() -> None:
+        """Remove empty session cgroups left by a server that died (rmdir fails on busy ones). A session
+        cgroup is named after the process that made it (``s-<pid>-<id>``, ``name``): one whose process
+        lives is left alone, since it is empty between its creation and its jail joining it (while the
+        jail starts). Names of the older form (no pid) are swept when empty."""
         for parent in (ROOT / PARENT, ROOT / "pids" / PARENT, ROOT / "memory" / PARENT):
             if parent.is_dir():
                 for d in parent.glob("s-*"):
+                    parts = d.name.split("-", 2)
+                    if len(parts) == 3 and parts[1].isdigit() and _alive(int(parts[1])):
+                        continue
                     try:
-                        if d.stat().st_mtime <= cutoff:
-                            d.rmdir()
+                        d.rmdir()
                     except OSError:
                         pass
+
+    @staticmethod
+    def name(session_id: str) -> str:
+        """The cgroup name of a session this process starts: ``s-<this pid>-<session id>``."""
+        return f"s-{os.getpid()}-{session_id}"
 
     @classmethod
     def create(cls, name: str, pids: int, memory_mb: int) -> "SessionCgroup | None":
@@ -111,3 +114,14 @@ class SessionCgroup:
                 d.rmdir()
             except OSError:
                 pass
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (on this host's pid namespace)."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:
+        return True
+    return True

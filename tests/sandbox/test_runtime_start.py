@@ -200,22 +200,31 @@ async def test_a_bwrap_jail_and_all_it_starts_are_in_the_session_cgroup(secret_r
         assert (await job).ok
 
 
-def test_a_sweep_of_stale_cgroups_leaves_a_young_empty_one_alone():
+def test_a_sweep_of_stale_cgroups_leaves_a_live_process_s_empty_one_alone():
     """A process's first session sweeps the empty session cgroups dead servers left. Another live process's
-    new session cgroup is empty too while its jail starts (it joins during the start): the sweep takes only
-    those older than STALE_AFTER_S, so it never pulls one from under a starting jail (the full suite saw
-    "the jail cannot join its cgroup: No such file or directory" when it took every empty one)."""
+    new session cgroup is empty too while its jail starts (it joins during the start): its name carries the
+    pid of the process that made it, and the sweep leaves a live process's alone, so it never pulls one from
+    under a starting jail (the full suite saw "the jail cannot join its cgroup: No such file or directory"
+    when it took every empty one). A dead process's is swept (test_isolation: a killed server's)."""
     import uuid
 
     from sandbox.cgroup import SessionCgroup
 
-    cgroup = SessionCgroup.create(f"s-{uuid.uuid4().hex[:12]}", pids=64, memory_mb=64)
-    if cgroup is None:  # fails in CI, skips elsewhere (tests/support/requirements.py)
+    live = SessionCgroup.create(SessionCgroup.name(uuid.uuid4().hex[:12]), pids=64, memory_mb=64)
+    if live is None:  # fails in CI, skips elsewhere (tests/support/requirements.py)
         missing("cgroups", "this host lets the bwrap backend make no session cgroup")
+    dead = SessionCgroup.create(f"s-{_ended_pid()}-{uuid.uuid4().hex[:12]}", pids=64, memory_mb=64)
     try:
         SessionCgroup.sweep_stale()  # as another process's first session does
-        assert cgroup.dirs and all(d.is_dir() for d in cgroup.dirs)
-        SessionCgroup.sweep_stale(min_age_s=0)  # one that old is a dead server's: swept
-        assert not any(d.exists() for d in cgroup.dirs)
+        assert live.dirs and all(d.is_dir() for d in live.dirs)
+        assert not any(d.exists() for d in dead.dirs)
     finally:
-        cgroup.remove()
+        live.remove()
+        dead.remove()
+
+
+def _ended_pid() -> int:
+    """The pid of a process that has exited and been reaped."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
