@@ -34,10 +34,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from doc_blocks_support import shell_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]  # docs/frameworks/: tests/frameworks
-FENCE = re.compile(r"^\s*```")
 # first word of a command line in an unlabelled block (the others are diagrams and prose)
 PROGRAMS = re.compile(r"(\.venv/bin/)?(task-factory|env-server|trainer-client|python3?|pip|make|docker|"
                       r"docker-compose|curl|vllm|export|docker/[\w.-]+\.sh)$")
@@ -63,41 +63,17 @@ def doc_commands(raw: bool = False) -> list[tuple[str, str]]:
     commands."""
     out = []
     for path in DOCS:
-        lines = path.read_text(encoding="utf-8").splitlines()
-        i = 0
-        while i < len(lines):
-            if not FENCE.match(lines[i]):
-                i += 1
+        for start, lang, text in shell_lines(path):
+            try:
+                argv = shlex.split(text, comments=True)
+            except ValueError:
+                argv = text.split()
+            if not argv:
                 continue
-            lang = lines[i].strip().removeprefix("```").strip()
-            end = next((j for j in range(i + 1, len(lines)) if FENCE.match(lines[j])), len(lines))
-            body = list(enumerate(lines[i + 1:end], start=i + 2))
-            i = end + 1
-            if lang not in ("", "bash", "sh", "shell", "console"):
+            first = next((a for a in argv if not re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", a)), "")
+            if lang == "" and not PROGRAMS.fullmatch(first):
                 continue
-            prompted = any(text.lstrip().startswith("$ ") for _, text in body)
-            k = 0
-            while k < len(body):
-                start, text = body[k]
-                while text.rstrip().endswith("\\") and k + 1 < len(body):
-                    k += 1
-                    text = text.rstrip()[:-1] + " " + body[k][1].strip()
-                k += 1
-                text = text.strip()
-                if prompted:
-                    if not text.startswith("$ "):
-                        continue
-                    text = text[2:]
-                try:
-                    argv = shlex.split(text, comments=True)
-                except ValueError:
-                    argv = text.split()
-                if not argv:
-                    continue
-                first = next((a for a in argv if not re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", a)), "")
-                if lang == "" and not PROGRAMS.fullmatch(first):
-                    continue
-                out.append((f"{path.relative_to(ROOT)}:{start}", strip_comment(text) if raw else shlex.join(argv)))
+            out.append((f"{path.relative_to(ROOT)}:{start}", strip_comment(text) if raw else shlex.join(argv)))
     return out
 
 

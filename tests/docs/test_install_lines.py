@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 from support.requirements import missing
+from doc_blocks_support import shell_lines
 from support.venvs import cached_venv
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +39,6 @@ DOCS = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").rglob("*.md") if 
 PROGRAMS = ("pip", "pip3", "make", "env-server", "trainer-client", "task-factory")
 EXTRAS = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
 CLIENT_LINE = 'pip install -e ".[client]"'
-FENCE = re.compile(r"^\s*```")
 
 
 def _where(path: Path, line: int) -> str:
@@ -50,44 +50,20 @@ def fenced_commands(path: Path) -> list[tuple[str, list[str]]]:
     `VAR=value` prefixes, a `.venv/bin/` or a `$ ` prompt); continuation lines joined, comments
     dropped. In a block with `$ ` prompts only the prompted lines are commands (the rest is output)."""
     out: list[tuple[str, list[str]]] = []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    i = 0
-    while i < len(lines):
-        if not FENCE.match(lines[i]):
-            i += 1
+    for start, _, text in shell_lines(path):
+        try:
+            argv = shlex.split(text, comments=True)
+        except ValueError:
             continue
-        lang = lines[i].strip().removeprefix("```").strip()
-        end = next((j for j in range(i + 1, len(lines)) if FENCE.match(lines[j])), len(lines))
-        body = list(enumerate(lines[i + 1:end], start=i + 2))
-        i = end + 1
-        if lang not in ("", "bash", "sh", "shell", "console"):
-            continue
-        prompted = any(text.lstrip().startswith("$ ") for _, text in body)
-        k = 0
-        while k < len(body):
-            start, text = body[k]
-            while text.rstrip().endswith("\\") and k + 1 < len(body):
-                k += 1
-                text = text.rstrip()[:-1] + " " + body[k][1].strip()
-            k += 1
-            text = text.strip()
-            if prompted:
-                if not text.startswith("$ "):
-                    continue
-                text = text[2:]
-            try:
-                argv = shlex.split(text, comments=True)
-            except ValueError:
-                continue
-            while argv and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", argv[0]):
-                argv = argv[1:]
-            if argv and argv[0].removeprefix(".venv/bin/") in PROGRAMS:
-                argv[0] = argv[0].removeprefix(".venv/bin/")
-                out.append((_where(path, start), argv))
-            elif argv[:3] in (["python", "-m", "pip"], ["python3", "-m", "pip"]):
-                out.append((_where(path, start), ["pip", *argv[3:]]))
-            elif argv[:2] == ["uv", "pip"]:
-                out.append((_where(path, start), argv[1:]))
+        while argv and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", argv[0]):
+            argv = argv[1:]
+        if argv and argv[0].removeprefix(".venv/bin/") in PROGRAMS:
+            argv[0] = argv[0].removeprefix(".venv/bin/")
+            out.append((_where(path, start), argv))
+        elif argv[:3] in (["python", "-m", "pip"], ["python3", "-m", "pip"]):
+            out.append((_where(path, start), ["pip", *argv[3:]]))
+        elif argv[:2] == ["uv", "pip"]:
+            out.append((_where(path, start), argv[1:]))
     return out
 
 
