@@ -11,8 +11,6 @@ script check stands behind it)."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,8 @@ from task_factory.demo_task import demo_tasks_file
 from task_factory.validate import validate_file
 from task_factory.verdicts import VerdictCache
 from verifier.task import TaskRecord
+
+from .git_support import git
 
 pytestmark = pytest.mark.usefixtures("bwrap")  # skips without bubblewrap; fails under CI
 
@@ -34,25 +34,18 @@ GUARDED = ("from calc import total\n\n\ndef test_total():\n    assert total([2, 
            "def test_empty():\n    assert total([]) == 0\n")
 
 
-def _git(repo: Path, *args: str) -> str:
-    when = {"GIT_AUTHOR_DATE": "2001-02-03T04:05:06Z", "GIT_COMMITTER_DATE": "2001-02-03T04:05:06Z"}
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@example.com", "-c", "user.name=t",
-                           "-c", "commit.gpgsign=false", *args], check=True, capture_output=True, text=True,
-                          env={**os.environ, **when}).stdout
-
-
 def _task(root: Path, name: str, tests: str) -> TaskRecord:
     repo = root / "repos" / name
     repo.mkdir(parents=True)
     (repo / "calc.py").write_text(CODE)
     (repo / "test_calc.py").write_text(tests)
-    _git(repo, "init", "-q", "-b", "main")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "base")
-    base = _git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    base = git(repo, "rev-parse", "HEAD").strip()
     (repo / "calc.py").write_text(FIXED)
-    gold = _git(repo, "diff")
-    _git(repo, "checkout", "-q", "--", ".")
+    gold = git(repo, "diff")
+    git(repo, "checkout", "-q", "--", ".")
     venv = demo_tasks_file().parent / "venv"  # a venv with pytest (the demo task's)
     return TaskRecord(instance_id=f"local__{name}-1", source="synthetic-mutation", repo=f"local/{name}",
                       base_commit=base, problem_statement="calc.total([2, 3]) is 3, not 5", patch=gold,

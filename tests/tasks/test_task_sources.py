@@ -7,8 +7,6 @@ verifier grades gold 1.0 and empty 0.0 in a real bwrap sandbox), cached in the o
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
@@ -23,19 +21,13 @@ from task_factory.task_sources import (SOURCES, CheckedOptions, Log, TaskSource,
                                        source_class, source_names, task_id)
 from verifier.task import TaskRecord
 
+from .git_support import git
+
 FIXTURES = Path(__file__).resolve().parents[1] / "datasets" / "fixtures"
 
 CALC = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n"
 TESTS = ("from calc import add, sub\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
          "def test_sub():\n    assert sub(5, 3) == 2\n")
-
-
-def _git(repo: Path, *args: str) -> str:
-    """git in ``repo``, its commits dated once and for all: the same files make the same commit."""
-    when = {"GIT_AUTHOR_DATE": "2001-02-03T04:05:06Z", "GIT_COMMITTER_DATE": "2001-02-03T04:05:06Z"}
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@example.com", "-c", "user.name=t",
-                           "-c", "commit.gpgsign=false", *args], check=True, capture_output=True, text=True,
-                          env={**os.environ, **when}).stdout
 
 
 class TinyOptions(CheckedOptions):
@@ -56,15 +48,15 @@ class TinySource(TaskSource):
         repo.mkdir(parents=True, exist_ok=True)
         (repo / "calc.py").write_text(CALC)
         (repo / "test_calc.py").write_text(TESTS)
-        _git(repo, "init", "-q", "-b", "main")
-        _git(repo, "add", "-A")
-        _git(repo, "commit", "-q", "-m", "base")
-        base = _git(repo, "rev-parse", "HEAD").strip()
+        git(repo, "init", "-q", "-b", "main")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", "base")
+        base = git(repo, "rev-parse", "HEAD").strip()
 
         def task(fixed: str, *parts: str) -> TaskRecord:
             (repo / "calc.py").write_text(fixed)
-            gold = _git(repo, "diff")
-            _git(repo, "checkout", "-q", "--", ".")
+            gold = git(repo, "diff")
+            git(repo, "checkout", "-q", "--", ".")
             return TaskRecord(instance_id=task_id("local/calc", *parts), source="synthetic-mutation",
                               repo="local/calc", base_commit=base, problem_statement="calc.add(2, 3) is -1, not 5",
                               patch=gold, FAIL_TO_PASS=["test_calc.py::test_add"],
