@@ -38,6 +38,7 @@ a required test's name, so none shadows a test inherited from a mixin in another
 from __future__ import annotations
 
 import ast
+import copy
 import posixpath
 import re
 import secrets
@@ -514,6 +515,41 @@ _BUILT_HEAD = re.compile(r"""(["'])([A-Za-z_]\w*)(?=[%{]|\1\s*[+%])""")
 _STAR = re.compile(r"\bfrom\s+\.*([\w.]*)\s+import\s+\*")
 
 
+@dataclass
+class _ReadFiles:
+    """What the files a grading read say, whatever the draw (``_read_files``: kept per set of texts)."""
+
+    words: frozenset[str] = frozenset()
+    uses: dict[str, Counter[str]] = field(default_factory=dict)
+    stars: dict[str, set[str]] = field(default_factory=dict)
+    heads: set[str] = field(default_factory=set)
+    borrowed: dict[str, set[str]] = field(default_factory=dict)
+
+
+_READ: dict[tuple[tuple[str, str], ...], _ReadFiles] = {}  # newest last
+_READ_KEPT = 8
+
+
+def _read_files(texts: dict[str, str]) -> _ReadFiles:
+    key = tuple(sorted(texts.items()))
+    read = _READ.pop(key, None)
+    if read is None:
+        words: set[str] = set()
+        read = _ReadFiles()
+        for path, text in texts.items():
+            used = Counter(_WORD.findall(text))
+            words.update(used)
+            used.subtract(_DEFINED.findall(text))  # a same-named definition of its own is no use of ours
+            read.uses[path] = used
+            read.stars[path] = {m.rsplit(".", 1)[-1] for m in _STAR.findall(text)}
+            read.heads.update(h for _, h in _BUILT_HEAD.findall(text) if len(h) >= MIN_PREFIX)
+        read.words = frozenset(words)
+    _READ[key] = read
+    while len(_READ) > _READ_KEPT:
+        del _READ[next(iter(_READ))]
+    return read
+
+
 class _Scope:
     """Every file the grader read: the required test modules, and the conftests, package
     ``__init__``s, helpers and other test modules around them. A test is renamed only where no
@@ -521,20 +557,14 @@ class _Scope:
     that is also an inherited test's or helper's would shadow it)."""
 
     def __init__(self, texts: dict[str, str], tests: list[str]) -> None:
+        read = _read_files(texts)
         self.texts = texts
-        self.uses: dict[str, Counter[str]] = {}  # path -> names it uses (definitions not counted)
-        self.stars: dict[str, set[str]] = {}  # path -> modules it star-imports (last dotted part)
-        self.heads: set[str] = set()  # literal heads of names built at run time, in any file
-        self._borrowed: dict[str, set[str]] = {}  # path -> classes it derives from or imports (parsed lazily)
+        self.uses = read.uses  # path -> names it uses (definitions not counted)
+        self.stars = read.stars  # path -> modules it star-imports (last dotted part)
+        self.heads = read.heads  # literal heads of names built at run time, in any file
+        self._borrowed = read.borrowed  # path -> classes it derives from or imports (parsed lazily)
         # names a fresh name must not take: every word of every file read, every required test's name
-        self.taken: set[str] = {function_id(t).rsplit("::", 1)[-1] for t in tests if "::" in t}
-        for path, text in texts.items():
-            words = Counter(_WORD.findall(text))
-            self.taken.update(words)
-            words.subtract(_DEFINED.findall(text))  # a same-named definition of its own is no use of ours
-            self.uses[path] = words
-            self.stars[path] = {m.rsplit(".", 1)[-1] for m in _STAR.findall(text)}
-            self.heads.update(h for _, h in _BUILT_HEAD.findall(text) if len(h) >= MIN_PREFIX)
+        self.taken: set[str] = {function_id(t).rsplit("::", 1)[-1] for t in tests if "::" in t} | read.words
 
     def used_outside(self, path: str, name: str) -> bool:
         return any(words[name] > 0 for other, words in self.uses.items() if other != path)
@@ -589,7 +619,7 @@ def _keeps_name(path: str, source: str, holders: dict[int, set[str]], fns: list[
     its module or in another file read, or could be built at run time; another file derives from or
     imports a class holding it, or star-imports its module (the test would vanish there)."""
     name = fns[0].name
-    if len(re.findall(r"\b%s\b" % re.escape(name), source)) != len(fns):
+    if _word_counts(source)[name] != len(fns):  # ``\bname\b`` occurrences: a name is a whole run of word characters
         return True
     if scope.used_outside(path, name) or scope.built(name) or scope.star_imported(path):
         return True
@@ -693,17 +723,6 @@ def _find(tree: ast.Module, qual: list[str]) -> list[ast.FunctionDef]:
         cls = next((n for n in _defs(cls.body) if isinstance(n, ast.ClassDef) and n.name == part), None) \
             if cls else None
     return in_class(cls, qual[-1]) if cls is not None else []
-
-
-def _group_text(fn: ast.FunctionDef, canaries: list[ast.FunctionDef], indent: str,
-                rng: secrets.SystemRandom) -> str:
-    members = [fn, *canaries]
-    rng.shuffle(members)
-    blocks = []
-    for member in members:
-        text = ast.unparse(ast.fix_missing_locations(member))
-        blocks.append("\n".join(indent + line if line else line for line in text.splitlines()))
-    return "\n\n".join(blocks) + "\n"
 
 
 def _literal_counts(tree: ast.Module) -> Counter[tuple[type, object]]:
@@ -816,48 +835,80 @@ def _with_word(stmt: ast.stmt, word: str) -> ast.stmt | None:
     return ast.Expr(ast.Call(func=func, args=[subject, ast.Constant(word)], keywords=[]))
 
 
-def _copy(fn: ast.FunctionDef, index: int | None = None, stmt: ast.stmt | None = None) -> ast.FunctionDef:
-    new = ast.parse(ast.unparse(fn)).body[0]
-    assert isinstance(new, ast.FunctionDef)
-    if index is not None and stmt is not None:
-        new.body[index] = stmt
-    return new
+def _module_helpers(tree: ast.Module) -> frozenset[str]:
+    """Classes and functions the test module defines (tests aside)."""
+    return frozenset(n.name for n in _defs(tree.body) if isinstance(n, (ast.ClassDef, ast.FunctionDef))
+                     and not n.name.startswith("test"))
 
 
-def _helpers(tree: ast.Module, fn: ast.FunctionDef) -> set[str]:
-    """Classes and functions the test module (or the test itself) defines: objects of its own making
-    may compare however they like (a test of ``__eq__`` may build one equal to everything)."""
-    names = {n.name for n in _defs(tree.body) if isinstance(n, (ast.ClassDef, ast.FunctionDef))
-             and not n.name.startswith("test")}
-    names |= {n.name for n in _own_nodes(fn) if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))}
-    return names
+def _helpers(module_helpers: frozenset[str], fn: ast.FunctionDef) -> set[str]:
+    """Classes and functions the test module (``_module_helpers``) or the test itself defines: objects
+    of its own making may compare however they like (a test of ``__eq__`` may build one equal to
+    everything)."""
+    return set(module_helpers) | {n.name for n in _own_nodes(fn)
+                                  if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
 def _uses(stmt: ast.stmt, names: set[str]) -> bool:
     return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(stmt))
 
 
+_SLOT = "slot_" + secrets.token_hex(8)  # stands for a member's name and statement while its text is made
+
+
+@dataclass
+class _Member:
+    """One function of a group: ``stmt`` is its statement at the group's place; ``space`` the number
+    of values a literal variant's value was drawn from (0: the original, a negation)."""
+
+    stmt: ast.stmt
+    kind: str
+    space: int = 0
+    name: str = ""
+
+
 @dataclass
 class _Group:
-    """A test's original and its canaries (each with its kind and, for a literal variant, the number
-    of values its literal was drawn from), all differing in one place; unnamed until ``name``."""
+    """A test's original and its canaries, all the test function ``fn`` with one statement (its
+    ``index``-th) changed; unnamed until ``name``."""
 
-    original: ast.FunctionDef
-    members: list[tuple[ast.FunctionDef, str, int]]
+    fn: ast.FunctionDef
+    index: int
+    original: _Member
+    members: list[_Member]  # the canaries
 
     @property
     def variants(self) -> int:
-        return sum(1 for _, kind, _ in self.members if kind == "variant")
+        return sum(1 for m in self.members if m.kind == "variant")
 
     @property
     def shape(self) -> list[tuple[str, bool]]:
-        return [(kind, space > 0) for _, kind, space in self.members]
+        return [(m.kind, m.space > 0) for m in self.members]
 
     def name(self, names: list[str]) -> None:
         """``names[0]`` for the original, the next ones for the canaries, in order."""
-        self.original.name = names[0]
-        for (member, _, _), name in zip(self.members, names[1:]):
+        for member, name in zip([self.original, *self.members], names):
             member.name = name
+
+    def text(self, indent: str, rng: secrets.SystemRandom) -> str:
+        """Every member's source in one formatting (``ast.unparse``: neither comments nor style mark
+        one), in a random order: the function is unparsed once with a placeholder for the name and
+        the statement, and each member's own statement, unparsed, takes the placeholder's place."""
+        proto = copy.copy(self.fn)
+        proto.name = _SLOT
+        proto.body = [*self.fn.body[:self.index], ast.Expr(ast.Name(_SLOT, ast.Load())), *self.fn.body[self.index + 1:]]
+        lines = ast.unparse(proto).splitlines()
+        at = next(k for k, line in enumerate(lines) if line.strip() == _SLOT)
+        pad = lines[at][:len(lines[at]) - len(_SLOT)]
+        head, tail = "\n".join(lines[:at]), "\n".join(lines[at + 1:])
+        members = [self.original, *self.members]
+        rng.shuffle(members)
+        blocks = []
+        for member in members:
+            stmt = "\n".join(pad + line if line else line for line in ast.unparse(member.stmt).splitlines())
+            text = "\n".join(part for part in (head.replace(_SLOT, member.name, 1), stmt, tail) if part)
+            blocks.append("\n".join(indent + line if line else line for line in text.splitlines()))
+        return "\n\n".join(blocks) + "\n"
 
 
 def _group(fn: ast.FunctionDef, want: int, rng: secrets.SystemRandom, helpers: set[str] = frozenset(),
@@ -886,7 +937,7 @@ def _group(fn: ast.FunctionDef, want: int, rng: secrets.SystemRandom, helpers: s
             key = (unique, min(shape.space, want - 1), rng.random())
             if best is None or key > best[0]:
                 best = (key, i, path, shape, side)
-    members: list[tuple[ast.FunctionDef, str, int]] = []
+    members: list[_Member] = []
     if best is not None:
         (unique, _, _), i, path, shape, side = best
         shape = shape.narrowed(rng)
@@ -894,24 +945,24 @@ def _group(fn: ast.FunctionDef, want: int, rng: secrets.SystemRandom, helpers: s
         avoid = _siblings(side, path) + ([v for t, v in counts if t is type(shape.value)] if unique else [])
         most = min(want - 1, shape.space, MAX_VARIANTS, max(1, MAX_GROUP_BYTES // len(ast.unparse(fn)) - 2))
         for value in shape.fresh(rng, most, avoid):
-            members.append((_copy(fn, i, _with_value(fn.body[i], path, value)), "variant", shape.space))
+            members.append(_Member(_with_value(fn.body[i], path, value), "variant", shape.space))
     else:  # no literal: a negation, and at an ``==`` or a truthiness assertion variants equal to fresh words
         eq = [j for j in spots if _eq_sides(fn.body[j]) is not None]
         truthy = [j for j in spots if _truth_subject(fn.body[j]) is not None]
         i = rng.choice(eq or truthy or spots)
         stmt = _perturb(fn.body[i])
         if stmt is not None:
-            members.append((_copy(fn, i, stmt), "variant", 0))
+            members.append(_Member(stmt, "variant"))
             # as many as bring the group to ``want`` members, like a literal's (one at least)
             most = max(1, min(want - 2, MAX_VARIANTS - 1, MAX_GROUP_BYTES // len(ast.unparse(fn)) - 3))
             for word in _words(rng, most):
                 variant = _with_word(fn.body[i], word)
                 if variant is None:
                     break
-                members.append((_copy(fn, i, variant), "variant", WORD_SPACE))
-    if not any(kind == "variant" for _, kind, _ in members):
+                members.append(_Member(variant, "variant", WORD_SPACE))
+    if not any(m.kind == "variant" for m in members):
         return None
-    return _Group(_copy(fn), members)
+    return _Group(fn, i, _Member(ast.parse(ast.unparse(fn.body[i])).body[0], "original"), members)
 
 
 @dataclass
@@ -937,19 +988,69 @@ class _Varied:
     group_of: dict[str, str]
 
 
+class _Module:
+    """What planning reads from one test module's text, whatever the draw: its tree (never changed:
+    members are copies), its function names, literal counts, method holders and the definitions
+    of each test. Kept per text (``_module``): every grading of a task plants in the same modules."""
+
+    def __init__(self, source: str) -> None:
+        self.tree = ast.parse(source)
+        self.names = frozenset(n.name for n in ast.walk(self.tree)
+                               if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+        self.counts = _literal_counts(self.tree)
+        self.holders = _holders(self.tree)
+        self.helpers = _module_helpers(self.tree)
+        self._found: dict[tuple[str, ...], list[ast.FunctionDef]] = {}
+        self.words: Counter[str] | None = None
+
+    def find(self, qual: list[str]) -> list[ast.FunctionDef]:
+        key = tuple(qual)
+        if key not in self._found:
+            self._found[key] = _find(self.tree, qual)
+        return self._found[key]
+
+
+def _word_counts(source: str) -> Counter[str]:
+    """How often each name occurs in ``source`` (cached with the module's analysis)."""
+    mod = _module(source)
+    if mod is None:
+        return Counter(_WORD.findall(source))
+    if mod.words is None:
+        mod.words = Counter(_WORD.findall(source))
+    return mod.words
+
+
+_MODULES: dict[str, _Module | None] = {}  # text -> its analysis (None: it does not parse), newest last
+_MODULES_KEPT = 32
+
+
+def _module(source: str) -> _Module | None:
+    """The analysis of ``source``, from the cache when this process planned in it before."""
+    if source in _MODULES:
+        mod = _MODULES.pop(source)
+    else:
+        try:
+            mod = _Module(source)
+        except (SyntaxError, ValueError):
+            mod = None
+    _MODULES[source] = mod
+    while len(_MODULES) > _MODULES_KEPT:
+        del _MODULES[next(iter(_MODULES))]
+    return mod
+
+
 def _vary_module(path: str, source: str, targets: list[_Target], rng: secrets.SystemRandom,
                  alloc: _Alloc, scope: _Scope) -> _Varied | None:
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    mod = _module(source)
+    if mod is None:
         return None
     lines = source.splitlines(keepends=True)
     edits: list[tuple[int, int, str]] = []
     out = _Varied("", [], {}, {}, {})
     renamed = out.renamed
-    existing = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    counts = _literal_counts(tree)
-    holders = _holders(tree)
+    existing = set(mod.names)
+    counts = mod.counts
+    holders = mod.holders
     placed: set[int] = set()
 
     def fresh_name() -> str:
@@ -961,7 +1062,7 @@ def _vary_module(path: str, source: str, targets: list[_Target], rng: secrets.Sy
     for target in targets:
         if alloc.groups_left <= 0 or target.fid in renamed:
             continue
-        fns = _find(tree, target.qual)
+        fns = mod.find(target.qual)
         if not fns or any(id(fn) in placed for fn in fns) or any(
                 _UNSAFE.search(ast.unparse(d)) for fn in fns for d in fn.decorator_list):
             continue
@@ -970,7 +1071,7 @@ def _vary_module(path: str, source: str, targets: list[_Target], rng: secrets.Sy
         groups: list[tuple[ast.FunctionDef, _Group]] = []
         want = alloc.want(target.fid)
         for fn in fns:  # one group per branch defining the test, shaped alike and named alike
-            group = _group(fn, want, rng, _helpers(tree, fn), counts)
+            group = _group(fn, want, rng, _helpers(mod.helpers, fn), counts)
             if group is None or (groups and group.shape != groups[0][1].shape):
                 groups = []  # a branch that cannot be grouped alike: leave the test alone
                 break
@@ -987,25 +1088,24 @@ def _vary_module(path: str, source: str, targets: list[_Target], rng: secrets.Sy
             group.name(names)
             start = min([d.lineno for d in fn.decorator_list] + [fn.lineno])
             end = fn.end_lineno or fn.lineno
-            edits.append((start, end, _group_text(group.original, [m for m, _, _ in group.members],
-                                                  " " * fn.col_offset, rng)))
+            edits.append((start, end, group.text(" " * fn.col_offset, rng)))
             placed.add(id(fn))
         group = groups[0][1]
         alloc.groups_left -= 1
-        out.canaries += [Canary(nodeid=f"{prefix}::{m.name}", kind=kind, original=target.fid,  # type: ignore[arg-type]
-                                space=space) for m, kind, space in group.members]
+        out.canaries += [Canary(nodeid=f"{prefix}::{m.name}", kind=m.kind, original=target.fid,  # type: ignore[arg-type]
+                                space=m.space) for m in group.members]
         renamed[target.fid] = f"{prefix}::{group.original.name}"
         out.candidates[target.fid] = 1 + group.variants
         out.group_of[target.fid] = target.fid
         for other in targets:  # required tests that are this same definition (inherited from a mixin)
-            if other.fid not in renamed and any(id(f) in placed for f in _find(tree, other.qual)):
+            if other.fid not in renamed and any(id(f) in placed for f in mod.find(other.qual)):
                 renamed[other.fid] = f"{other.fid.rsplit('::', 1)[0]}::{group.original.name}"
                 out.group_of[other.fid] = target.fid
     # Every other required test runs under a fresh name too: no name an agent knows is in the run.
     for target in targets:
         if target.fid in renamed:
             continue
-        fns = _find(tree, target.qual)
+        fns = mod.find(target.qual)
         if not fns or any(id(fn) in placed for fn in fns) or _keeps_name(path, source, holders, fns, scope):
             continue
         new_name = fresh_name()
@@ -1022,7 +1122,7 @@ def _vary_module(path: str, source: str, targets: list[_Target], rng: secrets.Sy
             placed.update(id(fn) for fn in fns)
             renamed[target.fid] = f"{target.fid.rsplit('::', 1)[0]}::{new_name}"
             for other in targets:
-                if other.fid not in renamed and any(id(f) in placed for f in _find(tree, other.qual)):
+                if other.fid not in renamed and any(id(f) in placed for f in mod.find(other.qual)):
                     renamed[other.fid] = f"{other.fid.rsplit('::', 1)[0]}::{new_name}"
     if not edits:
         return None
