@@ -146,7 +146,10 @@ def test_two_images_pull_at_once(client, registry, layout_task, tmp_path):
 
 def test_missing_image_and_unreachable_registry_fail_coded_while_another_session_works(
         client, registry, own_registry, layout_task, tmp_path):
-    gone = push_unique_image(client, own_registry, layout_task.image, "layout/gone")
+    # the task's image lies in a registry that is gone: a real pushed image, but a one-layer one FROM scratch
+    # (a fresh registry holds nothing: the ~300 MB layout image's first push there took ~35 s, and no byte of
+    # it is ever fetched, since the reset fails at the pull)
+    gone = push_unique_image(client, own_registry, "scratch", "layout/gone", fresh_layer=4096)
     own_registry.stop()  # unreachable from now on
     missing_ref = f"{registry.host}/layout/never-pushed:nope"
     tasks = [on_image(layout_task, layout_task.image, "here"), on_image(layout_task, missing_ref, "missing"),
