@@ -28,11 +28,13 @@ from .cgroup import SessionCgroup
 from .channel import MAX_LINE
 from .jail import JailSandbox
 from .models import LayerMode, SandboxConfig, SandboxInfo, SandboxStartError, WorkspaceSpec
+from .bytecode import bytecode_tree, environment_roots
 from .runtime_config import runtime_init, venv_mount_point
 from .toolview import tool_view
 from .workspace import cache_root, prepare_template
 
 RUNTIME_SCRIPT = Path(__file__).with_name("runtime.py")
+PYCACHE_MOUNT = "/.swe/pycache"  # the environment's bytecode, the lower layer of the jail's pycache prefix
 RUNTIME_MOUNT = "/.swe/runtime.pyc"  # where the jail sees it, compiled (``_compiled_runtime``)
 SANDBOX_UID = 1000
 HOST_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "nsswitch.conf",
@@ -53,6 +55,18 @@ def _python_prefix_of_venv(venv: Path) -> Path | None:
 
 def _site_packages(prefix: Path) -> list[Path]:
     return sorted(p for p in prefix.glob("lib/python3*/site-packages") if p.is_dir())
+
+
+def _environment_bytecode(spec: WorkspaceSpec, cache: Path) -> Path | None:
+    """The read-only first layer of the jail's pycache prefix (``sandbox/bytecode.py``): the bytecode
+    the task's environment and its interpreter's standard library hold (the ``python3`` on the shell's
+    PATH where the task has no environment)."""
+    venv = spec.python_env.resolve() if spec.python_env else None
+    if venv is not None and not venv.is_dir():
+        return None  # the start fails on it, naming it
+    base = _python_prefix_of_venv(venv) if venv is not None else Path("/usr")
+    roots = environment_roots(venv, venv_mount_point(str(venv)) if venv else None, base)
+    return bytecode_tree(cache, roots)
 
 
 def _compiled_runtime(cache: Path) -> Path:
@@ -184,7 +198,8 @@ class BwrapSandbox(JailSandbox):
         view = await asyncio.to_thread(tool_view, config.policy.blocked_tools, cache)
         session_id = uuid.uuid4().hex[:12]
 
-        argv, init = cls._command(bwrap, spec, config, template.path, view, cache)
+        pycache = await asyncio.to_thread(_environment_bytecode, spec, cache)
+        argv, init = cls._command(bwrap, spec, config, template.path, view, cache, pycache)
         init["base_commit"] = template.base_commit
         cgroup = None
         if config.policy.cgroups is not LayerMode.off:
@@ -241,7 +256,8 @@ class BwrapSandbox(JailSandbox):
         return cls(proc, config, cgroup, info, session_id), init
 
     @staticmethod
-    def _command(bwrap: str, spec: WorkspaceSpec, config: SandboxConfig, template: Path, view, cache: Path):
+    def _command(bwrap: str, spec: WorkspaceSpec, config: SandboxConfig, template: Path, view, cache: Path,
+                 pycache: Path | None = None):
         args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
                 "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox",
                 "--ro-bind", "/usr", "/usr"]
@@ -287,12 +303,15 @@ class BwrapSandbox(JailSandbox):
                  "--dir", "/workspace", "--dir", "/.swe/upper", "--dir", "/.swe/private", "--dir", "/.swe/template",
                  "--ro-bind", str(template), "/.swe/template",
                  "--ro-bind", str(_compiled_runtime(cache)), RUNTIME_MOUNT,
+                 *(["--ro-bind", str(pycache), PYCACHE_MOUNT] if pycache is not None else []),
                  "--remount-ro", "/", "--chdir", "/",
                  "--setenv", "PATH", "/usr/bin:/bin", "--",
                  str(runtime_python), "-I", "-S", RUNTIME_MOUNT]
         init = runtime_init(spec, config, mode="overlay", template="/.swe/template", upper="/.swe/upper",
                             base_commit="", venv=venv_mount_point(str(venv)) if venv else None,
                             extra_exec_paths=exec_paths)
+        if pycache is not None:
+            init["pycache_lower"] = PYCACHE_MOUNT
         return args, init
 
     # -- the jail -------------------------------------------------------------------

@@ -41,6 +41,7 @@ except ImportError:  # an interpreter without it
 # read or write) do the same work.
 
 WORKSPACE = "/workspace"
+PYCACHE_PREFIX = "/tmp/.pycache"  # PYTHONPYCACHEPREFIX of every shell (runtime_config.shell_env)
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
@@ -167,6 +168,15 @@ def build_overlay_workspace(cfg: dict) -> str:
         os.makedirs(private, mode=0o700)
     _mount("overlay", WORKSPACE, "overlay", flags,
            "lowerdir=%s,upperdir=%s/u,workdir=%s/w,userxattr" % (cfg["template"], upper, upper))
+    lower = cfg.get("pycache_lower")
+    if lower and os.path.isdir(lower):
+        # the private pycache prefix starts with the environment's own bytecode (sandbox/bytecode.py):
+        # read-only below, what Python writes goes to a layer beside the workspace's, out of reach
+        os.makedirs(upper + "/pu")
+        os.makedirs(upper + "/pw")
+        os.makedirs(PYCACHE_PREFIX)
+        _mount("overlay", PYCACHE_PREFIX, "overlay", flags,
+               "lowerdir=%s,upperdir=%s/pu,workdir=%s/pw,userxattr" % (lower, upper, upper))
     if os.path.isdir("/dev/shm"):
         _mount("tmpfs", "/dev/shm", "tmpfs", flags, "size=64m,mode=1777")
     # bwrap's /dev is a writable, executable tmpfs: a place for `ld.so /dev/x`.
@@ -1658,7 +1668,7 @@ def setup(cfg: dict) -> dict:
                 if len(fields) > 3 and fields[1] == WORKSPACE and "noexec" in fields[3].split(","):
                     info["noexec_workspace"] = True
     os.makedirs("/tmp/home", exist_ok=True)
-    os.makedirs("/tmp/.pycache", exist_ok=True)
+    os.makedirs(PYCACHE_PREFIX, exist_ok=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0:
         OWN_CHILDREN_FD[0] = _open_children(os.getpid())
     info["cpu_policy"] = set_cpu_policy(cfg["limits"].get("cpu_policy", "normal"))

@@ -28,7 +28,8 @@ def shell_env(spec: WorkspaceSpec, venv: str | None) -> dict[str, str]:
     env = {
         "PATH": ":".join(path), "HOME": "/tmp/home", "USER": "agent", "LOGNAME": "agent",
         "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat",
-        # Python writes and reads bytecode only under a fresh private prefix.
+        # Python writes and reads bytecode only under a private prefix (bwrap: the environment's own
+        # bytecode is its read-only first layer, sandbox/bytecode.py).
         "PYTHONPYCACHEPREFIX": "/tmp/.pycache", "PYTHONUNBUFFERED": "1", "TMPDIR": "/tmp",
         "GIT_CONFIG_NOSYSTEM": "1",
         # a copy-on-write workspace's files belong to the template's owner, not the session uid

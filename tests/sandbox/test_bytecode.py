@@ -141,8 +141,12 @@ async def test_pycache_prefix_is_private_and_outside_workspace(harness):
         assert "PREFIX /" in res.output and "PREFIX /workspace" not in res.output, res.output
         assert "No such file" in res.output, res.output  # nothing written into the workspace
         prefix = res.output.split("PREFIX ", 1)[1].split()[0]
-        res = await sh(b, f"ls -R {prefix} 2>&1 | grep -c helpers")
-        assert res.output.strip() == "0", f"session B sees session A's bytecode: {res.output}"
+        mine = f"{prefix}/workspace/pkg"  # where A's bytecode of pkg/helpers.py went
+        res = await sh(a, f"ls {mine} 2>&1")
+        assert "helpers.cpython-" in res.output, res.output
+        res = await sh(b, f"ls {mine} 2>&1; ls -R {prefix} 2>&1 | grep -c '^helpers[.]cpython-'")
+        assert "No such file" in res.output and res.output.split()[-1] == "0", \
+            f"session B sees session A's bytecode: {res.output}"
 
 
 def _plant_disguised_archives(repo) -> list[str]:
@@ -205,3 +209,27 @@ async def test_compressed_or_renamed_archives_of_code_unreadable(harness, tmp_pa
         """)
         assert_done(res)
         assert "LEAK" not in res.output, res.output
+
+
+async def test_environment_bytecode_is_a_read_only_first_layer(bwrap, secret_repo, cache_dir):
+    """bwrap: the private prefix starts with the environment's own bytecode (``sandbox/bytecode.py``).
+    The standard library loads from it without compiling; nothing of the workspace is in it; it cannot
+    be written through; what one session puts there no other session sees."""
+    from sandbox_support import Harness
+
+    h = Harness("bwrap", secret_repo, cache_dir)
+    cached = "/tmp/.pycache/usr/lib/python3.{v}/json/__init__.cpython-3{v}.pyc"
+    async with h.session() as a:
+        res = await sh(a, 'ls -a "$PYTHONPYCACHEPREFIX"; python3 -c "import sys; print(\'MINOR\', sys.version_info[1])"')
+        assert "workspace" not in res.output and "usr" in res.output.split(), res.output
+        path = cached.format(v=res.output.split("MINOR ", 1)[1].split()[0])
+        res = await sh(a, f"python3 -v -c 'import json' 2>&1 | grep 'json/__init__'; readlink {path}; "
+                          f"printf x > {path}; echo WROTE=$?")
+        assert f"# code object from '{path}'" in res.output and "# created" not in res.output, res.output
+        assert "/json/__pycache__/__init__.cpython-3" in res.output, res.output  # the stdlib's own
+        assert "WROTE=1" in res.output and "Read-only file system" in res.output, res.output
+        res = await sh(a, f"ln -sf /workspace/pkg/core.py {path}; python3 -v -c 'import json' 2>&1 | grep created")
+        assert f"# created '{path}'" in res.output, res.output  # a replaced link: compiled, in this session only
+    async with h.session() as b:
+        res = await sh(b, f"readlink {path}; python3 -v -c 'import json' 2>&1 | grep 'json/__init__'")
+        assert "/json/__pycache__/" in res.output and f"# code object from '{path}'" in res.output, res.output
