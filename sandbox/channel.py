@@ -22,6 +22,7 @@ from .models import (ArgumentError, CommandResult, CommandStatus, DiffTooLarge, 
 MAX_LINE = 64 * 1024 * 1024
 _scan = json.scanner.make_scanner(json.JSONDecoder())  # one JSON value, no Python layers around it
 WATCHDOG_PERIOD_S = 0.5
+RUN_GRACE_S = 15.0  # a `run` reply may come this long after its command's own timeout before the runtime is dead
 
 
 class _Watchdog:
@@ -140,7 +141,7 @@ class RuntimeChannel:
     async def run(self, command: str, timeout_s: float, output_limit: int | None = None) -> CommandResult:
         extra = {"output_limit": output_limit} if output_limit is not None else {}
         try:
-            r = await self.request("run", timeout_s + 15.0, command=command, timeout_s=timeout_s, **extra)
+            r = await self.request("run", timeout_s + RUN_GRACE_S, command=command, timeout_s=timeout_s, **extra)
         except SandboxDied:
             return CommandResult(output="", status=CommandStatus.sandbox_died)
         return self._command_result(r)

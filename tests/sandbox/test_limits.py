@@ -276,12 +276,14 @@ async def test_runtime_that_stops_answering_is_declared_dead(harness, monkeypatc
             assert (await sb.run("echo alive")).output == "alive\n"
         runtimes = runtime_pids()  # this session's (other sessions on the host are not this run's)
         assert len(runtimes) == 1, runtimes
+        assert channel.RUN_GRACE_S == 15.0  # the host's grace past a command's timeout ...
+        monkeypatch.setattr(channel, "RUN_GRACE_S", 3.0)  # ... shortened here: the same deadline, waited sooner
         os.kill(runtimes[0], signal.SIGSTOP)
         start = time.monotonic()
-        res = await sb._channel.run("echo hi", timeout_s=0.5)  # grace: 15 s
+        res = await sb._channel.run("echo hi", timeout_s=0.5)  # deadline: 0.5 s + the grace
         waited = time.monotonic() - start
         assert res.status is CommandStatus.sandbox_died, res
-        assert 15 <= waited < 25, waited
+        assert 3.5 <= waited < 13.5, waited
         try:
             await sb.run("echo again")
         except SandboxDied:
