@@ -29,8 +29,9 @@ Tested with verl 0.9.1. Three parts:
   VeRL carries into the batch's `non_tensor_batch["swe_openenv"]`.
 
 - **Advantage estimator** `swe_openenv` (`@register_adv_est`): GRPO's outcome advantage
-  (`compute_grpo_outcome_advantage`, exactly, at weights 0) plus `alpha` times the hint channel's term
-  and `beta` times the pair channel's (`algorithm.swe_openenv.alpha` / `.beta`): per response token,
+  (`compute_grpo_outcome_advantage`, exactly, at weights 0) plus `alpha` times the hints channel's term
+  and `beta` times the pairs channel's (`algorithm.swe_openenv.hints.weight` / `.pairs.weight`, as the
+  trainer's `loss.hints.weight` / `loss.pairs.weight`): per response token,
 
       A = A_grpo + alpha * hint_mask * (hint_log_probs - old_log_probs) + beta * pair_scores
 
@@ -301,13 +302,24 @@ def _get(node: Any, key: str, default: Any = None) -> Any:
     return getattr(node, key, default)
 
 
+_MOVED = {"alpha": "hints.weight", "beta": "pairs.weight"}  # earlier keys: one line naming the new one
+
+
 def estimator_weights(config: Any) -> tuple[float, float]:
-    """(alpha, beta) from `algorithm.swe_openenv` (a dict, an omegaconf node, verl's AlgoConfig); 0 when unset."""
+    """The weights of the hints and pairs channels, `algorithm.swe_openenv.hints.weight` and
+    `.pairs.weight` (as the trainer's `loss.hints.weight`, `loss.pairs.weight`), from a dict, an
+    omegaconf node or verl's AlgoConfig; 0 when unset."""
     node = _get(config, ESTIMATOR) or {}
-    alpha, beta = float(_get(node, "alpha", 0.0) or 0.0), float(_get(node, "beta", 0.0) or 0.0)
-    if alpha < 0 or beta < 0:
-        raise ValueError(f"algorithm.{ESTIMATOR}.alpha and .beta must be >= 0 (got {alpha}, {beta})")
-    return alpha, beta
+    for old, new in _MOVED.items():
+        if _get(node, old) is not None:
+            raise ValueError(f"algorithm.{ESTIMATOR}.{old}: moved to algorithm.{ESTIMATOR}.{new}")
+    weights = []
+    for channel in ("hints", "pairs"):
+        weight = float(_get(_get(node, channel) or {}, "weight", 0.0) or 0.0)
+        if weight < 0:
+            raise ValueError(f"algorithm.{ESTIMATOR}.{channel}.weight must be >= 0 (got {weight})")
+        weights.append(weight)
+    return weights[0], weights[1]
 
 
 def _field(name: str, given: Any, batch: Any) -> Any:
@@ -325,9 +337,9 @@ def compute_swe_openenv_advantage(token_level_rewards: Any, response_mask: Any, 
                                   norm_adv_by_std_in_grpo: bool | None = None, config: Any = None, *,
                                   old_log_probs: Any = None, hint_log_probs: Any = None, hint_mask: Any = None,
                                   pair_scores: Any = None, batch: Any = None, **_: Any) -> tuple[Any, Any]:
-    """GRPO's outcome advantage plus `alpha` * the hint channel's term and `beta` * the pair channel's
-    (module docstring). Weights: `config.swe_openenv.{alpha,beta}` (`algorithm.swe_openenv` in a VeRL
-    run). The per-token inputs: keyword arguments, else `batch[...]` (`old_log_probs`,
+    """GRPO's outcome advantage plus `alpha` * the hints channel's term and `beta` * the pairs channel's
+    (module docstring). Weights: `config.swe_openenv.hints.weight` and `.pairs.weight`
+    (`algorithm.swe_openenv` in a VeRL run). The per-token inputs: keyword arguments, else `batch[...]` (`old_log_probs`,
     `swe_hint_log_probs`, `swe_hint_mask`, `swe_pair_scores`); a term whose weight is above 0 and
     whose inputs are missing is a ValueError, never silently left out. `norm_adv_by_std_in_grpo`:
     the argument, else the config's (VeRL passes only the config to a registered estimator), else True.
@@ -347,15 +359,15 @@ def compute_swe_openenv_advantage(token_level_rewards: Any, response_mask: Any, 
         needed = ((HINT_LOG_PROBS, teacher), ("old_log_probs", student), (HINT_MASK, sites))
         missing = [name for name, value in needed if value is None]
         if missing:
-            raise ValueError(f"algorithm.{ESTIMATOR}.alpha={alpha} needs {', '.join(missing)} in the batch "
-                             "(docs/frameworks/verl.md); set alpha to 0 to train without the hint channel")
+            raise ValueError(f"algorithm.{ESTIMATOR}.hints.weight={alpha} needs {', '.join(missing)} in the batch "
+                             "(docs/frameworks/verl.md); set it to 0 to train without the hints channel")
         term = (teacher.to(advantages.dtype) - student.to(advantages.dtype)) * sites.to(advantages.dtype) * mask
         advantages = advantages + alpha * term
     if beta > 0:
         scores = _field(PAIR_SCORES, pair_scores, batch)
         if scores is None:
-            raise ValueError(f"algorithm.{ESTIMATOR}.beta={beta} needs {PAIR_SCORES} in the batch "
-                             "(docs/frameworks/verl.md); set beta to 0 to train without the pair channel")
+            raise ValueError(f"algorithm.{ESTIMATOR}.pairs.weight={beta} needs {PAIR_SCORES} in the batch "
+                             "(docs/frameworks/verl.md); set it to 0 to train without the pairs channel")
         advantages = advantages + beta * scores.to(advantages.dtype) * mask
     return advantages, advantages
 

@@ -264,9 +264,10 @@ def test_verl_estimator_adds_the_hint_and_pair_terms(estimator_run):
     assert _close(estimator_run["alpha_only"], _hand(0.5, 0.0))
     assert _close(estimator_run["beta_only_unnormalized"], _hand(0.0, 1.0, norm=False))
     errors = estimator_run["errors"]
-    assert "alpha=0.1 needs swe_hint_log_probs, old_log_probs, swe_hint_mask" in errors["alpha"]
-    assert "beta=0.1 needs swe_pair_scores" in errors["beta"]
-    assert "must be >= 0" in errors["negative"]
+    assert "hints.weight=0.1 needs swe_hint_log_probs, old_log_probs, swe_hint_mask" in errors["alpha"]
+    assert "pairs.weight=0.1 needs swe_pair_scores" in errors["beta"]
+    assert "hints.weight must be >= 0" in errors["negative"]
+    assert errors["moved"] == f"algorithm.{ESTIMATOR}.alpha: moved to algorithm.{ESTIMATOR}.hints.weight"
 
 
 def test_verl_estimator_inputs_from_episode_records(estimator_run):
@@ -364,7 +365,7 @@ def test_doc_names_the_tested_version_and_its_lines_work():
     (run,) = _doc_commands("python -m verl.trainer.main_ppo")
     assert f"algorithm.adv_estimator={ESTIMATOR}" in run
     assert f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_LOOP}" in run
-    assert f"+algorithm.{ESTIMATOR}.alpha=0.0" in run and f"+algorithm.{ESTIMATOR}.beta=0.0" in run
+    assert f"+algorithm.{ESTIMATOR}.hints.weight=0.0" in run and f"+algorithm.{ESTIMATOR}.pairs.weight=0.0" in run
 
 
 def test_doc_config_keys_are_verls(estimator_run):

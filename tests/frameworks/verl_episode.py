@@ -236,7 +236,7 @@ def estimator_mode() -> dict:
     equal = {}
     for norm in (True, False):
         zero = OmegaConf.create({"adv_estimator": adapter.ESTIMATOR, "norm_adv_by_std_in_grpo": norm,
-                                 "swe_openenv": {"alpha": 0.0, "beta": 0.0}})
+                                 "swe_openenv": {"hints": {"weight": 0.0}, "pairs": {"weight": 0.0}}})
         # as VeRL's compute_advantage calls a registered estimator: rewards, mask, config, index
         adv, ret = fn(token_level_rewards=rewards.clone(), response_mask=mask, config=zero, index=index)
         equal[str(norm)] = bool(torch.equal(adv, grpo(norm)) and torch.equal(ret, adv))
@@ -244,13 +244,13 @@ def estimator_mode() -> dict:
     equal["algo_config"] = bool(torch.equal(unset, grpo(True)))  # verl's AlgoConfig: no swe_openenv node, weights 0
     # weights 0 ignore the extra inputs entirely
     with_inputs = fn(token_level_rewards=rewards.clone(), response_mask=mask, index=index,
-                     config={"swe_openenv": {"alpha": 0, "beta": 0}}, old_log_probs=old, hint_log_probs=hint,
+                     config={"swe_openenv": {"hints": {"weight": 0}, "pairs": {"weight": 0}}}, old_log_probs=old, hint_log_probs=hint,
                      hint_mask=hint_mask, pair_scores=pairs)[0]
     equal["inputs_ignored"] = bool(torch.equal(with_inputs, grpo(True)))
     out["equal_to_grpo"] = equal
     out["grpo"] = grpo(True).tolist()
 
-    weights = {"norm_adv_by_std_in_grpo": True, "swe_openenv": {"alpha": 0.1, "beta": 0.05}}
+    weights = {"norm_adv_by_std_in_grpo": True, "swe_openenv": {"hints": {"weight": 0.1}, "pairs": {"weight": 0.05}}}
     out["keywords"] = fn(token_level_rewards=rewards.clone(), response_mask=mask, index=index, config=weights,
                          old_log_probs=old, hint_log_probs=hint, hint_mask=hint_mask, pair_scores=pairs)[0].tolist()
     batch = TensorDict({"old_log_probs": old, adapter.HINT_LOG_PROBS: hint, adapter.HINT_MASK: hint_mask,
@@ -258,13 +258,15 @@ def estimator_mode() -> dict:
     out["batch"] = fn(token_level_rewards=rewards.clone(), response_mask=mask, index=index,
                       config=OmegaConf.create(weights), batch=batch)[0].tolist()
     out["alpha_only"] = fn(token_level_rewards=rewards.clone(), response_mask=mask, index=index,
-                           config={"swe_openenv": {"alpha": 0.5}}, batch=batch)[0].tolist()
+                           config={"swe_openenv": {"hints": {"weight": 0.5}}}, batch=batch)[0].tolist()
     out["beta_only_unnormalized"] = fn(token_level_rewards=rewards.clone(), response_mask=mask, index=index,
-                                       config={"norm_adv_by_std_in_grpo": False, "swe_openenv": {"beta": 1.0}},
+                                       config={"norm_adv_by_std_in_grpo": False, "swe_openenv": {"pairs": {"weight": 1.0}}},
                                        batch=batch)[0].tolist()
     errors = {}
-    for name, config in (("alpha", {"swe_openenv": {"alpha": 0.1}}), ("beta", {"swe_openenv": {"beta": 0.1}}),
-                         ("negative", {"swe_openenv": {"alpha": -0.1}})):
+    for name, config in (("alpha", {"swe_openenv": {"hints": {"weight": 0.1}}}),
+                         ("beta", {"swe_openenv": {"pairs": {"weight": 0.1}}}),
+                         ("negative", {"swe_openenv": {"hints": {"weight": -0.1}}}),
+                         ("moved", {"swe_openenv": {"alpha": 0.1}})):
         try:
             fn(token_level_rewards=rewards.clone(), response_mask=mask, index=index, config=config)
         except ValueError as exc:
