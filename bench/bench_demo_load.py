@@ -18,6 +18,7 @@ A benchmark, not a test: the numbers go in the closing note and docs, with the c
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import re
 import subprocess
@@ -81,6 +82,17 @@ def main() -> int:
     head = subprocess.run(["git", "-C", str(clone), "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True, check=True).stdout.strip()
     if args.reuse_venv:
+        # the Makefile's stamp (.venv/.installed-<hash of pyproject.toml>) must say the linked venv is
+        # up to date, and be newer than the clone's pyproject.toml (fresh from the clone), or `make setup`
+        # would reinstall into the checkout's own venv with the clone's editable paths (which this
+        # script then removes)
+        digest = hashlib.sha256((clone / "pyproject.toml").read_bytes()).hexdigest()[:12]
+        stamp = ROOT / ".venv" / f".installed-{digest}"
+        if not stamp.exists():
+            sys.exit(f"--reuse-venv: {ROOT / '.venv'} is not installed for HEAD's pyproject.toml (no {stamp.name}): "
+                     "run `make setup` in the checkout first")
+        old = stamp.stat().st_mtime - 1
+        os.utime(clone / "pyproject.toml", (old, old))
         (clone / ".venv").symlink_to(ROOT / ".venv")
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     load_before = os.getloadavg()
