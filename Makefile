@@ -13,13 +13,14 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 system-deps:
 	@bash .ci/system-deps.sh
 
+# pip -q says nothing for minutes on a busy machine: .ci/heartbeat.sh adds a line every 20 s
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	# torch first, pinned to the CPU build that lies on these machines' disk
-	$(BIN)/pip install -q "torch==2.13.0"
+	bash .ci/heartbeat.sh "install: pip" $(VENV) $(BIN)/pip install -q --upgrade pip
+	# torch pinned to the CPU build that lies on these machines' disk, in one resolution with the project;
 	# setuptools' notice that an editable install resolves our packages by name (nothing to act on)
-	PYTHONWARNINGS="ignore:Editable installation:UserWarning" $(BIN)/pip install -q -e ".[dev]"
+	PYTHONWARNINGS="ignore:Editable installation:UserWarning" bash .ci/heartbeat.sh \
+	  "install: torch, TRL, the project" $(VENV) $(BIN)/pip install -q "torch==2.13.0" -e ".[dev]"
 	@rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 setup: system-deps $(STAMP)

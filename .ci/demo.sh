@@ -28,6 +28,12 @@ export HF_HUB_DISABLE_PROGRESS_BARS=1
 # transformers' own deprecation notices (gradient_checkpointing -> activation_checkpointing, raised
 # inside TRL/transformers, nothing a user of the demo can act on) would bury the demo's output
 export PYTHONWARNINGS="ignore::FutureWarning"
+# One compute thread per torch process. The demo runs several at once (the trainer, two teachers and
+# the evaluated policy behind `transformers serve`, the sandboxes' test runs), and a newcomer's machine
+# has other work too: torch's default (a thread per core) then waits at every operation for a thread
+# that is not running. The tiny model's operations are too small to gain from a second thread:
+# with one busy loop beside it, a warm-start SFT step took 6-9 s with 2 threads and 0.9 s with one.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
 BIN=.venv/bin
 TASKS_DIR=${DEMO_TASKS_DIR:-.cache/demo-tasks-v3}
 OUT=${DEMO_OUTPUT_DIR:-runs/demo}
@@ -96,8 +102,13 @@ fi
 PORT=$($BIN/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 URL="http://127.0.0.1:$PORT"
 echo "== 2/5 env server on $URL (bwrap sandbox; log: $OUT/env-server.log)"
+# Sandboxes at normal CPU priority (a server's default is idle, docs/deploy.md "CPU priority"): here
+# the trainer, `transformers serve` and whatever else the machine runs share the CPUs with them at
+# normal priority, and idle sandboxes would get almost no CPU: recording the demonstrations, the
+# gradings and the evaluation's episodes took 5x to 16x longer beside one busy loop. Idle priority
+# protects a server's other sessions from a busy one; the demo is the server's only client.
 $BIN/env-server serve --host 127.0.0.1 --port "$PORT" --tasks "$TASKS_DIR/tasks.jsonl" --backend bwrap \
-  --data-dir "$OUT/env-data" --log-level warning > "$OUT/env-server.log" 2>&1 &
+  --sandbox-cpu normal --data-dir "$OUT/env-data" --log-level warning > "$OUT/env-server.log" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true' EXIT
 for _ in $(seq 1 100); do
@@ -148,8 +159,10 @@ fi
 echo "== 4/5 trainer-client train: $STEPS GRPO steps on the CPU, channels 1-3, one table row per step"
 [ "$WARMSTART" = 1 ] && echo "   (the two teachers start behind \`transformers serve\` first; the replay loop asks them in the background)"
 mkdir -p "$OUT/env-data/traces" && ls "$OUT/env-data/traces" > "$OUT/.traces-before-train"
+# a progress line every 20 s inside a longer step (the default 30 s would leave 30 s and a little quiet)
 $BIN/trainer-client train --config trainer_client/configs/cpu_smoke.yaml --env-url "$URL" \
-  --tasks "$TASKS_DIR/tasks.jsonl" --output-dir "$OUT/train" --max-steps "$STEPS" "${MODEL[@]}"
+  --tasks "$TASKS_DIR/tasks.jsonl" --output-dir "$OUT/train" --max-steps "$STEPS" --set output.heartbeat_s=20 \
+  "${MODEL[@]}"
 phase_done "4 GRPO training"
 ls "$OUT/env-data/traces" > "$OUT/.traces-after-train"
 
@@ -175,8 +188,9 @@ print('   resolved %d/%d, lost %d (cached); report: %s' % (o['resolved'], o['sco
       ckpt=$OUT/train/final dest=$EVAL_AFTER fresh=(--fresh)
       echo "   after $STEPS GRPO steps:"
     fi
-    # its progress on the console: the model served, then a line per finished episode, then the result
-    show "$OUT/evaluate.log" '^resolved |^\[[0-9]+/[0-9]+\] |served as' $BIN/trainer-client evaluate --model "$ckpt" \
+    # its progress on the console: the model served (a line every 20 s while it starts), then a line per
+    # finished episode (and every 20 s without one), then the result
+    show "$OUT/evaluate.log" '^resolved |^\[[0-9]+/[0-9]+\] |served as|^\[serve\] ' $BIN/trainer-client evaluate --model "$ckpt" \
       --env-url "$URL" --tasks "$TASKS_DIR/tasks.jsonl" --samples 2 --concurrency 4 \
       --config trainer_client/configs/cpu_smoke.yaml --out "$dest" "${fresh[@]}"
   done

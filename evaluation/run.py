@@ -75,6 +75,8 @@ class EvalConfig(BaseModel):
     parquet: bool = Field(False, description="also write rollouts.parquet (needs pyarrow)")
     fresh: bool = Field(False, description="discard the output directory's earlier results")
     progress: bool = True
+    heartbeat_s: float = Field(20.0, ge=0.0, description="with progress: when no episode finished for this long, "
+                               "a line says how many are running (0: never)")
     client: ClientConfig = Field(default_factory=ClientConfig)
     describe: dict[str, Any] = Field(default_factory=dict, description="what the report says about the policy "
                                      "(endpoint, sampling; never a key)")
@@ -143,13 +145,27 @@ class _Progress:
     def __init__(self, total: int, done: int, stream: TextIO | None):
         self.total, self.done_before, self.stream = total, done, stream
         self.finished = self.resolved = self.scored = self.lost = 0
-        self.start = time.monotonic()
+        self.running = 0
+        self.start = self.last = time.monotonic()
+
+    async def heartbeat(self, every_s: float) -> None:
+        """While episodes run: a line whenever `every_s` pass without one (a slow policy or grading)."""
+        if self.stream is None or every_s <= 0:
+            return
+        while True:
+            await asyncio.sleep(min(1.0, every_s))
+            now = time.monotonic()
+            if now - self.last >= every_s:
+                self.last = now
+                print(f"[{self.done_before + self.finished}/{self.total}] {self.running} episode(s) running, "
+                      f"{now - self.start:.0f} s in", file=self.stream, flush=True)
 
     def update(self, result: EpisodeResult) -> None:
         self.finished += 1
         self.lost += result.status == "lost"
         self.scored += result.status != "lost"
         self.resolved += result.status == "resolved"
+        self.last = time.monotonic()
         if self.stream is None:
             return
         elapsed = time.monotonic() - self.start
@@ -244,6 +260,7 @@ async def evaluate(config: EvalConfig, policy: Policy, *,
             async with semaphore:
                 if fatal:
                     return
+                progress.running += 1
                 try:
                     result, record = await _attempts(pool, policy, task, sample, config,
                                                      earlier.get((task.instance_id, sample)))
@@ -251,6 +268,8 @@ async def evaluate(config: EvalConfig, policy: Policy, *,
                     if not isinstance(exc, asyncio.CancelledError):
                         fatal.append(exc)
                     raise
+                finally:
+                    progress.running -= 1
                 if record is not None:
                     roll_fh.write(record.model_dump_json() + "\n")
                     roll_fh.flush()
@@ -268,6 +287,7 @@ async def evaluate(config: EvalConfig, policy: Policy, *,
             except (EnvAuthError, NoLiveReplicaError) as exc:
                 raise EvaluationError(str(exc)) from None
             jobs = [asyncio.create_task(one(t, s)) for t, s in todo]
+            beat = asyncio.create_task(progress.heartbeat(config.heartbeat_s))
             try:
                 await asyncio.gather(*jobs)
             except BaseException:
@@ -278,6 +298,8 @@ async def evaluate(config: EvalConfig, policy: Policy, *,
                     raise EvaluationError(f"the run stopped: {fatal[0]} (finished episodes are kept in {out}; "
                                           "rerun the same command to continue)") from fatal[0]
                 raise
+            finally:
+                beat.cancel()
         finally:
             await pool.close()
     wall = time.monotonic() - start

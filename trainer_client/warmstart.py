@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["Demo", "SFTRun", "Turn", "edits_from_patch", "record_demo", "record_demos", "sft", "target_logprobs",
-           "warmstart"]
+__all__ = ["Demo", "Heartbeat", "SFTRun", "Turn", "edits_from_patch", "record_demo", "record_demos", "sft",
+           "target_logprobs", "warmstart"]
 
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@")
 
@@ -210,6 +210,48 @@ def _duration(seconds: float) -> str:
     return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s"
 
 
+class Heartbeat:
+    """A `log` that also speaks when nothing else does: once `every_s` seconds pass without a line, it
+    logs what is under way (`status`), and again every `every_s` while that lasts, so a console, a pipe
+    or a log file never goes quiet for longer on a slow or busy machine (an SFT step, a grading, the
+    model's load). `status(text)` names the work; with `timed`, the line says how long it has run."""
+
+    def __init__(self, log: Callable[[str], None], every_s: float = 20.0) -> None:
+        import threading
+        import time
+
+        self._log, self.every_s, self._clock = log, every_s, time.monotonic
+        self._text, self._timed, self._since = "", False, self._clock()
+        self._last = self._clock()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        if every_s > 0:
+            threading.Thread(target=self._beat, daemon=True, name="warmstart-heartbeat").start()
+
+    def __call__(self, text: str) -> None:
+        with self._lock:
+            self._log(text)
+            self._last = self._clock()
+
+    def status(self, text: str, timed: bool = True) -> None:
+        with self._lock:
+            if text != self._text or timed != self._timed:
+                self._since = self._clock()
+            self._text, self._timed = text, timed
+
+    def _beat(self) -> None:
+        while not self._stop.wait(min(1.0, self.every_s)):
+            with self._lock:
+                now = self._clock()
+                if not self._text or now - self._last < self.every_s:
+                    continue
+                self._log(self._text + (f" ({_duration(now - self._since)})" if self._timed else ""))
+                self._last = now
+
+    def close(self) -> None:
+        self._stop.set()
+
+
 #: SFT vocabularies: "full" (every row of the LM head; any model) or "demos" (only the rows of tokens
 #: that occur in the demonstrations are trained, every other row is set to zero: for a random model)
 VOCABULARIES = ("full", "demos")
@@ -321,13 +363,17 @@ class SFTRun:
     def run(self, demos: list[Demo], steps: int, label: str = "sft", log: Callable[[str], None] | None = None,
             snapshots: dict[int, Path] | None = None) -> float:
         """`steps` full-batch steps on `demos`; `snapshots` {step: dir}: save the model as it is after
-        that step of this phase. Logs `[LABEL step/steps] loss=...  elapsed, ETA` about five times."""
+        that step of this phase. Logs `[LABEL step/steps] loss=...  elapsed, ETA` about five times (a
+        `Heartbeat` log also whenever it would otherwise be quiet: the latest step's line)."""
         import time
 
         terms, n_targets = self._loss_terms(demos)
         snapshots = snapshots or {}
         started = time.monotonic()
         loss = float("nan")
+        status = log.status if isinstance(log, Heartbeat) else None
+        if status is not None:
+            status(f"[{label} 0/{steps}] the first step")
         for step in range(steps):
             self.opt.zero_grad()
             total = sum(term() for term in terms) / n_targets
@@ -336,10 +382,13 @@ class SFTRun:
             loss = total.item()
             self.steps_done += 1
             done = step + 1
+            elapsed = time.monotonic() - started
+            eta = f", ETA {_duration(elapsed / done * (steps - done))}" if done < steps else ""
+            line = f"[{label} {done}/{steps}] loss={loss:.4f}  {_duration(elapsed)}{eta}"
+            if status is not None:
+                status(line, timed=False)
             if log and (step % max(1, steps // 5) == 0 or done == steps):
-                elapsed = time.monotonic() - started
-                eta = f", ETA {_duration(elapsed / done * (steps - done))}" if done < steps else ""
-                log(f"[{label} {done}/{steps}] loss={loss:.4f}  {_duration(elapsed)}{eta}")
+                log(line)
             if done in snapshots:
                 self.save(snapshots[done])
         return loss
@@ -402,6 +451,8 @@ def record_demos(cfg: Any, lazy: bool = True, stumble: bool = False,
                                      max_output_chars=cfg.env.max_output_chars)
     kinds = ", ".join(["gold"] + (["stumble"] if stumble else []) + (["lazy"] if lazy else []))
     log(f"[warmstart] recording demonstrations through the env server: {len(rows)} task(s) x ({kinds})")
+    status = log.status if isinstance(log, Heartbeat) else (lambda text, timed=True: None)
+    status("[warmstart] starting: the tokenizer and the tools' schemas, the first session")
     started = time.monotonic()
     demos: list[Demo] = []
     try:
@@ -415,6 +466,7 @@ def record_demos(cfg: Any, lazy: bool = True, stumble: bool = False,
                 iid = row["instance_id"]
                 where = f"[warmstart] {k}/{len(rows)} {iid}"
                 patch = (tasks.get(iid) or {}).get("patch") or ""
+                status(f"{where}: reading the files the gold patch edits")
                 probe = env_cls()
                 probe.reset(**row)
                 try:
@@ -424,6 +476,7 @@ def record_demos(cfg: Any, lazy: bool = True, stumble: bool = False,
                     continue
                 finally:
                     probe.get_reward()
+                status(f"{where}: the gold demonstration (its edits, then the hidden tests)")
                 expert = record_demo(trainer, env_cls(), row, edits + [Turn("submit"), Turn(text="Done.")],
                                      f"{iid}:gold")
                 if expert.reward != 1.0:
@@ -433,12 +486,14 @@ def record_demos(cfg: Any, lazy: bool = True, stumble: bool = False,
                 extra = []
                 if stumble and edits:
                     slip = Turn("view", {"path": str(edits[0].arguments["path"]) + STUMBLE_SUFFIX})
+                    status(f"{where}: the stumble (a failing view, the edits, the hidden tests)")
                     stumbled = record_demo(trainer, env_cls(), row, [slip, *edits, Turn("submit"), Turn(text="Done.")],
                                            f"{iid}:stumble")
                     if stumbled.reward == 1.0:
                         demos.append(stumbled)
                         extra.append("a stumble (reward 1)")
                 if lazy:
+                    status(f"{where}: the lazy submit (the hidden tests)")
                     demos.append(record_demo(trainer, env_cls(), row, [Turn("submit"), Turn(text="Done.")],
                                              f"{iid}:lazy"))
                     extra.append("a lazy submit (reward 0)")
@@ -455,7 +510,7 @@ def record_demos(cfg: Any, lazy: bool = True, stumble: bool = False,
 
 def warmstart(cfg: Any, out_dir: str | Path, steps: int = 150, lr: float = 1e-2, lazy: bool = True,
               log: Callable[[str], None] = print, stumble: bool = False, stages: tuple[int, ...] = (),
-              teachers: tuple[int, ...] = (), vocabulary: str = "auto") -> Path:
+              teachers: tuple[int, ...] = (), vocabulary: str = "auto", heartbeat_s: float = 20.0) -> Path:
     """Record gold-patch (and lazy) demonstrations for the config's tasks and SFT its model on them.
 
     `stumble` adds, per task, the gold demonstration preceded by a failing `view` (of the first edited
@@ -471,8 +526,18 @@ def warmstart(cfg: Any, out_dir: str | Path, steps: int = 150, lr: float = 1e-2,
     `vocabulary`: "full", "demos" (see `SFTRun`: much faster on the CPU, for a random model only) or
     "auto": "demos" for the config's random smoke model (`tiny-qwen`), "full" for any other model.
 
+    `heartbeat_s`: when that long passes without a line, `log` is told what is under way (`Heartbeat`;
+    0: never).
+
     Raises `RunSetupError` (trainer_client/run.py) without an env server or a task file, or when no
     task gave a usable demonstration."""
+    if heartbeat_s > 0 and not isinstance(log, Heartbeat):
+        heartbeat = Heartbeat(log, heartbeat_s)
+        try:
+            return warmstart(cfg, out_dir, steps=steps, lr=lr, lazy=lazy, log=heartbeat, stumble=stumble,
+                             stages=stages, teachers=teachers, vocabulary=vocabulary, heartbeat_s=heartbeat_s)
+        finally:
+            heartbeat.close()
     import time
 
     from trainer_client.config import TINY_MODEL, model_path
@@ -484,6 +549,8 @@ def warmstart(cfg: Any, out_dir: str | Path, steps: int = 150, lr: float = 1e-2,
     recorded_s = time.monotonic() - started
     base = model_path(cfg)
     out = Path(out_dir)
+    if isinstance(log, Heartbeat):
+        log.status(f"[warmstart] {len(demos)} demonstrations recorded; loading the model for the SFT")
     run = SFTRun(demos, base, lr, seed=int(cfg.grpo.get("seed") or 0), vocabulary=vocabulary)
     vocab_note = (f"; the {run.vocabulary_size} tokens of the demonstrations' vocabulary trained, every other "
                   "output row zero" if vocabulary == "demos" else "")
@@ -501,6 +568,8 @@ def warmstart(cfg: Any, out_dir: str | Path, steps: int = 150, lr: float = 1e-2,
         label = "sft"
     run.run(demos, steps, label, log, {s: out / f"stage-{s}" for s in stages if 0 < s < steps})
     run.model.eval()
+    if isinstance(log, Heartbeat):
+        log.status(f"[warmstart] saving the model to {out}")
     run.save(out)
     (out / "warmstart.json").write_text(json.dumps(
         {"base": str(base), "steps": steps, "lr": lr, "vocabulary": vocabulary,

@@ -181,3 +181,29 @@ def test_one_sft_run_saves_teachers_then_trains_the_policy(tmp_path):
             assert logits.argmax(-1).tolist() == torch.tensor(ids[1:])[mask].tolist(), d.name
     run.run(demos, 2, "sft policy")
     assert run.steps_done == 42
+
+
+def test_heartbeat_says_what_is_under_way_when_nothing_else_speaks():
+    """A Heartbeat log passes lines on; after `every_s` without one it logs its status (with how long it
+    has run when timed), and a fresh line or status restarts the wait."""
+    import time
+
+    from trainer_client.warmstart import Heartbeat
+
+    lines: list[str] = []
+    beat = Heartbeat(lines.append, every_s=0.3)
+    try:
+        beat("[warmstart] first")
+        time.sleep(0.5)
+        assert lines == ["[warmstart] first"]  # nothing under way: nothing to say
+        beat.status("[warmstart] 1/2 t: the gold demonstration")
+        deadline = time.monotonic() + 5
+        while len(lines) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert lines[1] == "[warmstart] 1/2 t: the gold demonstration (0 s)", lines
+        beat.status("[sft 3/10] loss=1.0000  2 s, ETA 5 s", timed=False)
+        while len(lines) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert lines[2] == "[sft 3/10] loss=1.0000  2 s, ETA 5 s", lines
+    finally:
+        beat.close()

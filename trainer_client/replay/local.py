@@ -118,6 +118,9 @@ class LocalServeOptions(BaseModel):
     """Tokenizer files for checkpoints without one: 'qwen-offline', a tokenizer directory, or
     None (such a checkpoint is then an error)."""
     startup_timeout_s: float = Field(default=600.0, gt=0)
+    startup_progress_s: float = Field(default=20.0, ge=0)
+    """While servers start (loading torch and the model: tens of seconds, minutes on a busy machine), a
+    line on stderr every this many seconds saying which are not up yet (0: none)."""
     stop_timeout_s: float = Field(default=15.0, ge=0)
     health_path: str = "/health"
     port_retries: int = Field(default=3, ge=0)
@@ -381,7 +384,10 @@ class LocalTeachers:
 
     def _wait_healthy(self) -> None:
         pending = list(self.servers)
-        deadline = time.monotonic() + self.options.startup_timeout_s
+        started = time.monotonic()
+        deadline = started + self.options.startup_timeout_s
+        every = self.options.startup_progress_s
+        next_line = started + every
         with httpx.Client(timeout=2.0, trust_env=False) as http:
             while pending:
                 for server in list(pending):
@@ -398,8 +404,14 @@ class LocalTeachers:
                         server.startup_s = time.monotonic() - server.started_at
                         pending.remove(server)
                 if pending:
-                    if time.monotonic() > deadline:
+                    now = time.monotonic()
+                    if now > deadline:
                         raise self._failure(pending[0], f"was not healthy after {self.options.startup_timeout_s:g} s")
+                    if every > 0 and now >= next_line:
+                        next_line = now + every
+                        kind = self.options.serve if isinstance(self.options.serve, str) else "custom command"
+                        print(f"[serve] starting {', '.join(s.name for s in pending)} ({kind}): {now - started:.0f} s, "
+                              f"not answering {self.options.health_path} yet", file=sys.stderr, flush=True)
                     time.sleep(0.2)
 
     def _teacher_config(self, server: LocalServer) -> TeacherConfig:
