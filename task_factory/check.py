@@ -51,7 +51,7 @@ class TaskCheck(BaseModel):
                                       "canaries (one member of each group forced to pass) scores (docs/grading.md, "
                                       "guarantee 2)")
     guess_bound_f2p: float | None = Field(None, description="the same over the FAIL_TO_PASS groups only: a guess "
-                                          "that first runs the members honestly")
+                                          "that first runs the members honestly and reads their assertions")
     script_checked: bool = Field(False, description="the gold grading's script check ran with at least one "
                                  "checked call or plain test (guarantee 8: a forgery inside the test run fails it)")
 
@@ -66,12 +66,12 @@ class TaskCheck(BaseModel):
         if self.script_checked or self.guess_bound_f2p is None or self.guess_bound_f2p <= TARGET_BOUND:
             return None
         return (f"unguarded: no script check stands behind the test run ({self.script_check or 'none'}) and a "
-                f"guess at the canaries that first runs their members scores with {self.guess_bound_f2p:.2g} "
+                f"guess at the canaries that first runs and reads their members scores with {self.guess_bound_f2p:.2g} "
                 f"(over {TARGET_BOUND:g}; docs/grading.md, guarantees 2 and 8)")
 
 
 #: bumped when what the check demands changes (cached verdicts of an older check are not reused)
-CHECK_VERSION = 2
+CHECK_VERSION = 3
 
 
 async def check_task(task: TaskInstance, config: SandboxConfig | None = None) -> TaskCheck:

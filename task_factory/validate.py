@@ -45,7 +45,7 @@ class ValidationRow(BaseModel):
     duration_s: float = 0.0
     guess_bound: float | None = Field(None, description="a blind guess at the canaries scores with this chance "
                                       "(the gold grading's plan; docs/grading.md, guarantee 2)")
-    guess_bound_f2p: float | None = Field(None, description="a guess that first runs the members honestly")
+    guess_bound_f2p: float | None = Field(None, description="a guess that first runs the members honestly and reads their assertions")
     script_checked: bool = Field(False, description="the script check covers the task (guarantee 8)")
     unguarded: str | None = Field(None, description="why the task's reward rests on its canaries alone "
                                   "(``TaskCheck.unguarded``; the factory writes no such task)")
@@ -86,8 +86,8 @@ class ValidationReport(BaseModel):
                          + ", ".join(blind))
         unguarded = [r.instance_id for r in self.rows if r.ok and r.unguarded]
         if unguarded:
-            lines.append(f"rests on the canaries alone (no script check; a guess that runs the members first scores "
-                         f"over {_percent(TARGET_BOUND)}) on {len(unguarded)}: " + ", ".join(unguarded))
+            lines.append(f"rests on the canaries alone (no script check; a guess that runs and reads the members "
+                         f"first scores over {_percent(TARGET_BOUND)}) on {len(unguarded)}: " + ", ".join(unguarded))
         return "\n".join(lines)
 
 

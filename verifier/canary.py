@@ -96,6 +96,9 @@ class CanaryPlan:
     renamed: dict[str, str] = field(default_factory=dict)  # original function id -> its name in this run
     # group (its original's function id) -> members a guess must choose the original from
     candidates: dict[str, int] = field(default_factory=dict)
+    # groups without a literal: their word variants compare with a fresh word where the original compares
+    # with an expression, so code that reads the members tells the original apart (docs/grading.md)
+    readable: set[str] = field(default_factory=set)
     group_of: dict[str, str] = field(default_factory=dict)  # a required function id -> its group
     f2p: list[str] = field(default_factory=list)  # the FAIL_TO_PASS function ids (``prefer``)
     sources: dict[str, str] = field(default_factory=dict)  # path -> pristine text of the modules read
@@ -120,10 +123,11 @@ class CanaryPlan:
 
     @property
     def guess_bound_f2p(self) -> float:
-        """A guess over the groups of FAIL_TO_PASS tests only: what is left to a submission that runs
-        every member honestly first (a group of a passing test shows its original) and forces the rest.
-        A FAIL_TO_PASS test that is not grouped counts 1 (nothing to guess)."""
-        return self.bound(self.f2p)
+        """A guess over the groups of FAIL_TO_PASS tests with a literal only: what is left to a submission
+        that runs every member honestly first (a group of a passing test shows its original) and reads
+        the members' assertions (a group without a literal shows its original too). A FAIL_TO_PASS test
+        that is not grouped, or grouped without a literal, counts 1 (nothing to guess)."""
+        return self.bound([f for f in self.f2p if self.group_of.get(f, f) not in self.readable])
 
     def params(self, tests: list[str], whole: Collection[str] = (),
                dropped: Collection[str] = ()) -> dict[str, list[str] | None]:
@@ -876,6 +880,7 @@ class _Group:
     index: int
     original: _Member
     members: list[_Member]  # the canaries
+    literal: bool = True  # the canaries vary a literal (else: a negation and fresh words)
 
     @property
     def variants(self) -> int:
@@ -962,7 +967,8 @@ def _group(fn: ast.FunctionDef, want: int, rng: secrets.SystemRandom, helpers: s
                 members.append(_Member(variant, "variant", WORD_SPACE))
     if not any(m.kind == "variant" for m in members):
         return None
-    return _Group(fn, i, _Member(ast.parse(ast.unparse(fn.body[i])).body[0], "original"), members)
+    return _Group(fn, i, _Member(ast.parse(ast.unparse(fn.body[i])).body[0], "original"), members,
+                  literal=best is not None)
 
 
 @dataclass
@@ -986,6 +992,7 @@ class _Varied:
     renamed: dict[str, str]
     candidates: dict[str, int]
     group_of: dict[str, str]
+    readable: set[str] = field(default_factory=set)
 
 
 class _Module:
@@ -1096,6 +1103,8 @@ def _vary_module(path: str, source: str, targets: list[_Target], rng: secrets.Sy
                                 space=m.space) for m in group.members]
         renamed[target.fid] = f"{prefix}::{group.original.name}"
         out.candidates[target.fid] = 1 + group.variants
+        if not group.literal:
+            out.readable.add(target.fid)
         out.group_of[target.fid] = target.fid
         for other in targets:  # required tests that are this same definition (inherited from a mixin)
             if other.fid not in renamed and any(id(f) in placed for f in mod.find(other.qual)):
@@ -1169,16 +1178,16 @@ def plan_canaries(tests: list[str], sources: dict[str, str], prefer: list[str] |
 
     The FAIL_TO_PASS groups get as many variants as bring a guess over them to ``TARGET_BOUND``
     (``_members_needed``); where a literal has fewer values than that, the plan is drawn once more
-    with the other groups making up for it (``CanaryPlan.guess_bound_f2p`` says what was reached)."""
+    with the other groups making up for it (``CanaryPlan.bound(plan.f2p)`` says what was reached)."""
     f2p = [f for f in dict.fromkeys(function_id(t) for t in prefer or []) if f.partition("::")[0] in sources]
     want = _members_needed(min(len(f2p), MAX_GROUPS))
     plan = _plan(tests, sources, prefer, support, want)
     groups = {plan.group_of.get(f, f) for f in f2p}
     full = {g for g in groups if plan.candidates.get(g, 0) >= want}  # took all they were offered
-    if plan.guess_bound_f2p > TARGET_BOUND and full and full != groups:
+    if plan.bound(plan.f2p) > TARGET_BOUND and full and full != groups:
         # the others (a short literal, a negation, no group at all) are worth what they got
         again = _plan(tests, sources, prefer, support, _members_needed(len(full), 1 / plan.bound(groups - full)))
-        if again.guess_bound_f2p < plan.guess_bound_f2p:
+        if again.bound(again.f2p) < plan.bound(plan.f2p):
             plan = again
     return plan
 
@@ -1204,6 +1213,7 @@ def _plan(tests: list[str], sources: dict[str, str], prefer: list[str] | None, s
         plan.canaries += result.canaries
         plan.renamed.update(result.renamed)
         plan.candidates.update(result.candidates)
+        plan.readable |= result.readable
         plan.group_of.update(result.group_of)
     if plan.canaries:
         return plan

@@ -81,7 +81,9 @@ class GradeResult(BaseModel):
                             "no draw decides) carries its first run's")
     guess_bound: float | None = Field(None, description="the chance that a blind guess (one member of each "
                                       "canary group forced to pass) forces the originals of this run")
-    guess_bound_f2p: float | None = Field(None, description="the same over the groups of FAIL_TO_PASS tests only")
+    guess_bound_f2p: float | None = Field(None, description=(
+        "the same over the groups of FAIL_TO_PASS tests with a literal only: what a guess that first runs "
+        "the members and reads their assertions has left"))
     script_check: dict[str, Any] | None = Field(None, description="the script check of a submission that passed "
                                                "its tests (script_check.py): what was checked, whether the fix "
                                                "held, the form")

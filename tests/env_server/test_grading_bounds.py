@@ -118,3 +118,11 @@ def test_fail_to_pass_groups_get_variants_enough_for_the_target_where_their_lite
     alone = plan_canaries(["t.py::test_loop", "t.py::test_name"], {"t.py": looped},
                           prefer=["t.py::test_loop", "t.py::test_name"])
     assert alone.candidates == {"t.py::test_name": 100} and alone.guess_bound_f2p == pytest.approx(0.01)
+    # a FAIL_TO_PASS test with no literal: a negation and word variants (``assert name(4) == 'kopeva'``)
+    # flip an object equal to everything, but code that reads the members tells the original apart (it
+    # compares with an expression, they with a word): worth nothing to the guess that reads them
+    flag = plan_canaries(["t.py::test_flag"], {"t.py": module + "\n\ndef test_flag():\n    assert name(4)\n"},
+                         prefer=["t.py::test_flag"])
+    assert flag.readable == {"t.py::test_flag"} and flag.candidates["t.py::test_flag"] == 100
+    assert flag.guess_bound == pytest.approx(0.01) and flag.guess_bound_f2p == 1.0
+    assert not both.readable and both.guess_bound_f2p == pytest.approx(1 / 105)
