@@ -80,9 +80,14 @@ def record_episodes(trainer, env_cls) -> dict[str, Episode]:
     """Run every script once on a real env-server session; token ids assembled like TRL's rollout.
 
     `trainer` is a GRPOTrainer built with `environment_factory=env_cls` (its tool schemas and
-    its tool-suffix templating are used, exactly as in its rollouts)."""
-    return {name: record_demo(trainer, env_cls(), row(kind), turns, name, turn_ids=turn_ids)
-            for name, (kind, turns) in SCRIPTS.items()}
+    its tool-suffix templating are used, exactly as in its rollouts). The scripts run at once, each on
+    its own session (as the trainer's rollouts do): their resets and gradings overlap on the server."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(SCRIPTS), thread_name_prefix="record") as pool:
+        futures = {name: pool.submit(record_demo, trainer, env_cls(), row(kind), turns, name, turn_ids=turn_ids)
+                   for name, (kind, turns) in SCRIPTS.items()}
+        return {name: future.result() for name, future in futures.items()}
 
 
 def _digest(episodes: dict[str, Episode], base_dir: Path) -> str:
