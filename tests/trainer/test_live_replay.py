@@ -60,10 +60,12 @@ def test_train_with_the_loop_on_feeds_the_pairs_channel_and_resume_restores_it(s
         teachers = tmp_path / "teachers.yaml"
         teachers.write_text(json.dumps({"teachers": [
             {"name": "double", "model": "double", "base_url": fake.base_url, "price_in": 0, "price_out": 0}]}))
-        trainer = train(run_config(server, small_pack_file, toolcaller, out, teachers, steps=4))
+        # 3 steps: checkpoints at step 2 (save_steps) and at the end; step 3 trains on the pairs step 2's
+        # rollouts mined (a 4th step, the earlier setting, showed nothing more, twice: before and after resuming)
+        trainer = train(run_config(server, small_pack_file, toolcaller, out, teachers, steps=3))
         rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
         steps = [r for r in rows if "channels/pairs/used" in r]
-        assert len(steps) == 4
+        assert len(steps) == 3
         assert steps[0]["channels/pairs/buffer"] == 0  # nothing replayed before the first rollouts ended
         assert any(r["channels/pairs/used"] > 0 and r["channels/pairs"] != 0 for r in steps), steps
         assert steps[-1]["replay/pairs_mined"] > 0 and fake.bodies()
@@ -74,9 +76,9 @@ def test_train_with_the_loop_on_feeds_the_pairs_channel_and_resume_restores_it(s
         # the checkpoint at step 2 holds the loss state; resuming from it restores that state exactly
         saved = torch.load(out / "checkpoint-2" / "channels.pt", weights_only=False)
         assert saved["loss"]["pairs"]["records"], "pairs had reached the buffer by step 2"
-        shutil.rmtree(out / "checkpoint-4")  # resume from step 2 (the last checkpoint left)
-        resumed = train(run_config(server, small_pack_file, toolcaller, out, teachers, steps=4), resume=True)
-    # resuming at step 2 of 4 restored the buffer, the sampler and the references before any new pair
+        shutil.rmtree(out / "checkpoint-3")  # resume from step 2 (the last checkpoint left)
+        resumed = train(run_config(server, small_pack_file, toolcaller, out, teachers, steps=3), resume=True)
+    # resuming at step 2 of 3 restored the buffer, the sampler and the references before any new pair
     saved_pairs = saved["loss"]["pairs"]
     restored = resumed._resumed_channels["loss"]["pairs"]
     assert restored["records"] == saved_pairs["records"]
