@@ -98,7 +98,8 @@ async def test_external_network_and_dns_unreachable(harness):
         assert "nodns" in res.output and "CONNECTED" not in res.output and "RESOLVED" not in res.output, res.output
         assert "SENT-UDP" not in res.output, res.output
         assert "IFACES ['lo']" in res.output, res.output
-        res = await sh(sb, "pip download --no-deps -d /tmp/x six 2>&1 | tail -2; "
+        # pip's own retries (5, with backoff: ~6 s) would only wait longer for the same refusal
+        res = await sh(sb, "pip download --retries 0 --no-deps -d /tmp/x six 2>&1 | tail -2; "
                            "git ls-remote https://github.com/git/git 2>&1 | head -2; echo PROBE-DONE", timeout=90)
         assert_done(res)
         assert "Saved" not in res.output and "refs/heads" not in res.output, res.output
