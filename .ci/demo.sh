@@ -32,7 +32,7 @@ export PYTHONWARNINGS="ignore::FutureWarning"
 # the evaluated policy behind `transformers serve`, the sandboxes' test runs), and a newcomer's machine
 # has other work too: torch's default (a thread per core) then waits at every operation for a thread
 # that is not running. The tiny model's operations are too small to gain from a second thread:
-# with one busy loop beside it, a warm-start SFT step took 6-9 s with 2 threads and 0.9 s with one.
+# on 2 cores at load 5-7, a warm-start SFT step took 6-9 s with 2 threads and 0.9 s with one.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
 BIN=.venv/bin
 TASKS_DIR=${DEMO_TASKS_DIR:-.cache/demo-tasks-v3}
@@ -306,7 +306,7 @@ for path, what in ((out / "train" / "metrics.jsonl", "every metric per step; the
         print(f"   {str(path):<34} {what}")
 PY
 rm -f "$OUT/.traces-before-train" "$OUT/.traces-after-train"
-echo "== phase times ($(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "== phase times ($(env -u OMP_NUM_THREADS nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg))"
 printf '%s\n' "${TIMES[@]}"
 total=$(awk -v a="$(seconds_since "$T_START")" -v b="${DEMO_SETUP_S:-0}" 'BEGIN { printf "%.1f", a + b }')
 t=${total%.*}

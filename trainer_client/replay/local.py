@@ -119,8 +119,8 @@ class LocalServeOptions(BaseModel):
     None (such a checkpoint is then an error)."""
     startup_timeout_s: float = Field(default=600.0, gt=0)
     startup_progress_s: float = Field(default=20.0, ge=0)
-    """While servers start (loading torch and the model: tens of seconds, minutes on a busy machine), a
-    line on stderr every this many seconds saying which are not up yet (0: none)."""
+    """While servers start (loading torch and the model: tens of seconds, minutes on a busy machine): a
+    `[serve]` line on stderr as they start and every this many seconds until they answer (0: none)."""
     stop_timeout_s: float = Field(default=15.0, ge=0)
     health_path: str = "/health"
     port_retries: int = Field(default=3, ge=0)
@@ -388,6 +388,10 @@ class LocalTeachers:
         deadline = started + self.options.startup_timeout_s
         every = self.options.startup_progress_s
         next_line = started + every
+        kind = self.options.serve if isinstance(self.options.serve, str) else "custom command"
+        if every > 0 and pending:
+            print(f"[serve] starting {', '.join(s.name for s in pending)} ({kind}; logs in "
+                  f"{pending[0].log_path.parent})", file=sys.stderr, flush=True)
         with httpx.Client(timeout=2.0, trust_env=False) as http:
             while pending:
                 for server in list(pending):
@@ -409,7 +413,6 @@ class LocalTeachers:
                         raise self._failure(pending[0], f"was not healthy after {self.options.startup_timeout_s:g} s")
                     if every > 0 and now >= next_line:
                         next_line = now + every
-                        kind = self.options.serve if isinstance(self.options.serve, str) else "custom command"
                         print(f"[serve] starting {', '.join(s.name for s in pending)} ({kind}): {now - started:.0f} s, "
                               f"not answering {self.options.health_path} yet", file=sys.stderr, flush=True)
                     time.sleep(0.2)
