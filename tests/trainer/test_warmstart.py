@@ -140,7 +140,7 @@ def test_sft_over_the_demos_vocabulary_is_the_full_vocabulary_cross_entropy(tmp_
     assert run.vocabulary_size == len({i for d in demos for i in d.prompt_ids + d.completion_ids()}) == 16
     run.run(demos, 3)
     terms, n_targets = run._loss_terms(demos)
-    assert len(terms) == 2 and n_targets == 11  # one forward pass per prompt; generated tokens only
+    assert len(terms) == 1 and n_targets == 11  # one pass over the prompts' tree; generated tokens only
     with torch.no_grad():
         loss = float(sum(term() for term in terms))
     saved = AutoModelForCausalLM.from_pretrained(str(run.save(tmp_path / "m")), dtype=torch.float32)
@@ -151,6 +151,34 @@ def test_sft_over_the_demos_vocabulary_is_the_full_vocabulary_cross_entropy(tmp_
     assert head.data_ptr() == saved.get_input_embeddings().weight.data_ptr()  # still tied
     rows = head.abs().sum(-1) != 0
     assert rows.sum() == 16 and bool(rows[[9, 11, 21, 31]].all())  # only the demos' tokens have a row
+
+
+def test_sft_shares_the_prompts_prefix_and_batches_completions_by_length(tmp_path):
+    """The prompts' common prefix goes through the model once for every group, the rest of a prompt once
+    for its members, and members of unlike length in separate batches: the loss is still the exact
+    full-vocabulary cross-entropy (here: three groups, prefix [11, 12], a short and two long members)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from trainer_client.tiny_qwen import tiny_qwen_dir
+    from trainer_client.warmstart import SFTRun, _similar_lengths
+
+    demos = [_demo("a:gold", [11, 12, 13, 14], [[21, 22, 23, 24, 25, 9], [26, 9]], [[31, 32]]),
+             _demo("a:stumble", [11, 12, 13, 14], [[27, 22, 23, 24, 9], [26, 9]], [[33]]),
+             _demo("a:lazy", [11, 12, 13, 14], [[28, 9]], []),
+             _demo("b:gold", [11, 12, 15], [[29, 27, 9]], []),
+             _demo("c:gold", [11, 12], [[30, 9]], [])]  # all of it the prefix but its last token
+    batches = _similar_lengths([(d.completion_ids(), d.completion_tool_mask()) for d in demos[:3]])
+    assert [len(b) for b in batches] == [2, 1]  # the lazy submit is not padded to the fixes
+    run = SFTRun(demos, tiny_qwen_dir(), lr=1e-2, vocabulary="demos")
+    run.run(demos, 2)
+    terms, _ = run._loss_terms(demos)
+    with torch.no_grad():
+        loss = float(sum(term() for term in terms))
+    saved = AutoModelForCausalLM.from_pretrained(str(run.save(tmp_path / "m")), dtype=torch.float32)
+    with torch.no_grad():
+        exact = _full_vocabulary_nll(saved, demos)
+    assert abs(loss - exact) <= 1e-4 * exact, (loss, exact)
 
 
 def test_one_sft_run_saves_teachers_then_trains_the_policy(tmp_path):
