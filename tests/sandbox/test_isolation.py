@@ -298,7 +298,7 @@ async def test_killing_the_host_parent_leaves_no_sandbox_process(harness, tmp_pa
               if harness.pooled else "pool = None; sb = await open_sandbox(spec, cfg)")
     script = tmp_path / "parent.py"
     script.write_text(textwrap.dedent(f"""
-        import asyncio, sys
+        import asyncio, json, sys
         from pathlib import Path
         from sandbox import open_sandbox, WarmPool, WorkspaceSpec, SandboxConfig
         async def main():
@@ -307,7 +307,7 @@ async def test_killing_the_host_parent_leaves_no_sandbox_process(harness, tmp_pa
             cfg = SandboxConfig(backend={harness.backend!r}, cache_dir=Path({str(harness.cache_dir)!r}))
             {opener}
             await sb.run("(setsid sleep 778001 &); (nohup sleep 778002 >/dev/null 2>&1 &); echo up")
-            print("ready", sb.id, flush=True)
+            print("ready", sb.id, json.dumps(pool.stats() if pool else {{}}), flush=True)
             await asyncio.sleep(600)
         asyncio.run(main())
     """))
@@ -319,7 +319,8 @@ async def test_killing_the_host_parent_leaves_no_sandbox_process(harness, tmp_pa
         assert line[:1] == ["ready"], line
         assert host_procs("778001"), "probe broken: the sandbox's sleepers are not visible on the host"
         if harness.pooled:  # the claimed jail and at least two idle ones
-            assert len(runtime_pids()) >= 3, f"probe broken: the pool's jails are not up: {runtime_pids()}"
+            assert len(runtime_pids()) >= 3, \
+                f"probe broken: the pool's jails are not up: {runtime_pids()}, pool {' '.join(line[2:])}"
         os.kill(parent.pid, 9)
         parent.wait()
         time.sleep(0.5)
@@ -330,7 +331,8 @@ async def test_killing_the_host_parent_leaves_no_sandbox_process(harness, tmp_pa
         restart.write_text(script.read_text().replace("await asyncio.sleep(600)",
                                                       "await sb.close(); pool and await pool.close()"))
         subprocess.run([sys.executable, str(restart)], check=True, timeout=120, capture_output=True)
-        stale = [str(p) for p in Path("/sys/fs/cgroup").glob(f"**/s-{line[1]}") if p.is_dir()]
+        # a session's cgroup is s-<pid of its maker>-<session id> (sandbox/cgroup.py, SessionCgroup.name)
+        stale = [str(p) for p in Path("/sys/fs/cgroup").glob(f"**/s-*-{line[1]}") if p.is_dir()]
         for p in stale:  # clean up after ourselves; the assertion below reports it
             with contextlib.suppress(OSError):
                 os.rmdir(p)
