@@ -294,7 +294,12 @@ async def test_killing_the_host_parent_leaves_no_sandbox_process(harness, tmp_pa
     from sandbox_support import RUN_TOKEN, runtime_pids, wait_no_procs
 
     # pooled: the parent also holds idle pre-started jails (and one starting), which must go too
-    opener = ("pool = WarmPool(3, 3); await pool.warm(spec, cfg); sb = await pool.open(spec, cfg)"
+    # (a busy machine may fail or slow a background start: the parent waits for two idle jails, as a refill
+    # brings them, before it says it is ready)
+    opener = ("pool = WarmPool(3, 3); await pool.warm(spec, cfg); sb = await pool.open(spec, cfg)\n"
+              "            for _ in range(600):\n"
+              "                if pool.stats()['idle'] >= 2: break\n"
+              "                await asyncio.sleep(0.1)"
               if harness.pooled else "pool = None; sb = await open_sandbox(spec, cfg)")
     script = tmp_path / "parent.py"
     script.write_text(textwrap.dedent(f"""
