@@ -31,8 +31,9 @@ export PYTHONWARNINGS="ignore::FutureWarning"
 # One compute thread per torch process. The demo runs several at once (the trainer, two teachers and
 # the evaluated policy behind `transformers serve`, the sandboxes' test runs), and a newcomer's machine
 # has other work too: torch's default (a thread per core) then waits at every operation for a thread
-# that is not running. The tiny model's operations are too small to gain from a second thread:
-# on 2 cores at load 5-7, a warm-start SFT step took 6-9 s with 2 threads and 0.9 s with one.
+# that is not running. The tiny model's operations are too small to gain from a second thread: beside
+# one busy loop on 2 cores the evaluation took 144-160 s with 2 threads, 36-49 s with one; at load 5-7
+# a warm-start SFT step took 6-9 s with 2 threads, 0.9 s with one.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
 BIN=.venv/bin
 TASKS_DIR=${DEMO_TASKS_DIR:-.cache/demo-tasks-v3}
@@ -102,11 +103,11 @@ fi
 PORT=$($BIN/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 URL="http://127.0.0.1:$PORT"
 echo "== 2/5 env server on $URL (bwrap sandbox; log: $OUT/env-server.log)"
-# Sandboxes at normal CPU priority (a server's default is idle, docs/deploy.md "CPU priority"): here
-# the trainer, `transformers serve` and whatever else the machine runs share the CPUs with them at
-# normal priority, and idle sandboxes would get almost no CPU: recording the demonstrations, the
-# gradings and the evaluation's episodes took 5x to 16x longer beside one busy loop. Idle priority
-# protects a server's other sessions from a busy one; the demo is the server's only client.
+# Sandboxes at normal CPU priority (a server's default is idle, docs/deploy.md "CPU priority"): idle
+# keeps a busy session from slowing a server's other sessions, and the demo is its only client; where
+# normal-priority work (the trainer, `transformers serve`, whatever else the machine runs) takes every
+# core, idle sandboxes would get only what it leaves. (Beside one or two busy loops on 2 cores the two
+# timed the same here: recording the demonstrations 43-63 s, the evaluation 36-49 s.)
 $BIN/env-server serve --host 127.0.0.1 --port "$PORT" --tasks "$TASKS_DIR/tasks.jsonl" --backend bwrap \
   --sandbox-cpu normal --data-dir "$OUT/env-data" --log-level warning > "$OUT/env-server.log" 2>&1 &
 SERVER=$!

@@ -136,6 +136,12 @@ class Heartbeat(TrainerCallback):
         while not stop.wait(self.every_s):
             _write(f"[step {step}] running for {time.monotonic() - started:.0f} s{self._progress()}")
 
+    def on_train_begin(self, args, state, control, **kwargs):
+        """A line as the first step starts (its heartbeat comes `every_s` later): loading the model and
+        the trainer's set-up went before it, quiet, tens of seconds on a busy machine."""
+        if state.is_world_process_zero and self.every_s > 0:
+            _write(f"[step {state.global_step + 1}] starting: generating its rollouts")
+
     def on_step_begin(self, args, state, control, **kwargs):
         if not state.is_world_process_zero or self.every_s <= 0:
             return

@@ -491,12 +491,7 @@ def record_demos(cfg: Any, lazy: bool = True, stumble: bool = False,
     import tempfile
     import time
 
-    from datasets import Dataset
-
-    from trainer_client.config import build_grpo_config, load_tokenizer, model_path
-    from trainer_client.environment import make_environment_class
     from trainer_client.run import RunSetupError
-    from trainer_client.trainer import SweGRPOTrainer
 
     if not cfg.env.urls:
         raise RunSetupError("no env server: pass --env-url or set env.urls")
@@ -507,13 +502,21 @@ def record_demos(cfg: Any, lazy: bool = True, stumble: bool = False,
                             f"str_replace, submit): set env.profile=default (not {cfg.env.profile!r})")
     tasks = {str(r["instance_id"]): r for r in cfg.task_rows()}
     rows = [{"prompt": [{"role": "user", "content": cfg.data.prompt}], "instance_id": iid} for iid in cfg.instance_ids()]
-    env_cls = make_environment_class(cfg.env.urls, cfg.env.client, reset_keys=cfg.env.reset_keys, auto_submit=False,
-                                     max_output_chars=cfg.env.max_output_chars)
     kinds = ", ".join(["gold"] + (["stumble"] if stumble else []) + (["lazy"] if lazy else []))
+    # said before the imports below (torch, transformers, TRL: seconds, tens of them on a busy machine)
     log(f"[warmstart] recording demonstrations through the env server: {len(rows)} task(s) x ({kinds})")
     status = log.status if isinstance(log, Heartbeat) else (lambda text, timed=True: None)
-    status("[warmstart] starting: the tokenizer and the tools' schemas, the first session")
+    status("[warmstart] starting: torch, transformers and TRL, the tokenizer and the tools' schemas")
     started = time.monotonic()
+
+    from datasets import Dataset
+
+    from trainer_client.config import build_grpo_config, load_tokenizer, model_path
+    from trainer_client.environment import make_environment_class
+    from trainer_client.trainer import SweGRPOTrainer
+
+    env_cls = make_environment_class(cfg.env.urls, cfg.env.client, reset_keys=cfg.env.reset_keys, auto_submit=False,
+                                     max_output_chars=cfg.env.max_output_chars)
     demos: list[Demo] = []
     try:
         env_cls.runtime.run(env_cls.runtime.pool.connect())  # a refused token (EnvAuthError) fails here, at once

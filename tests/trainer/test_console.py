@@ -81,3 +81,11 @@ def test_a_heartbeat_while_a_step_runs(monkeypatch):
     assert seen >= 2 and len(lines) == seen  # it beat while the step ran, and stopped with it
     assert lines[0].startswith("[step 5] running for ") and lines[0].endswith(
         ": 1/2 rollouts finished, 3 tool calls so far")
+
+
+def test_a_line_as_training_starts(monkeypatch):
+    """The model's load and the trainer's set-up are quiet: a line as the first step starts."""
+    lines = _capture(monkeypatch)
+    Heartbeat(None, every_s=20).on_train_begin(None, TrainerState(), None)
+    Heartbeat(None, every_s=0).on_train_begin(None, TrainerState(), None)  # heartbeats off: nothing
+    assert lines == ["[step 1] starting: generating its rollouts"]
