@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 import posixpath
 import re
 import secrets
@@ -530,27 +531,22 @@ class _ReadFiles:
     borrowed: dict[str, set[str]] = field(default_factory=dict)
 
 
-_READ: dict[tuple[tuple[str, str], ...], _ReadFiles] = {}  # newest last
-_READ_KEPT = 8
-
-
 def _read_files(texts: dict[str, str]) -> _ReadFiles:
-    key = tuple(sorted(texts.items()))
-    read = _READ.pop(key, None)
-    if read is None:
-        words: set[str] = set()
-        read = _ReadFiles()
-        for path, text in texts.items():
-            used = Counter(_WORD.findall(text))
-            words.update(used)
-            used.subtract(_DEFINED.findall(text))  # a same-named definition of its own is no use of ours
-            read.uses[path] = used
-            read.stars[path] = {m.rsplit(".", 1)[-1] for m in _STAR.findall(text)}
-            read.heads.update(h for _, h in _BUILT_HEAD.findall(text) if len(h) >= MIN_PREFIX)
-        read.words = frozenset(words)
-    _READ[key] = read
-    while len(_READ) > _READ_KEPT:
-        del _READ[next(iter(_READ))]
+    return _read_files_of(tuple(sorted(texts.items())))
+
+
+@functools.lru_cache(maxsize=8)
+def _read_files_of(texts: tuple[tuple[str, str], ...]) -> _ReadFiles:
+    words: set[str] = set()
+    read = _ReadFiles()
+    for path, text in texts:
+        used = Counter(_WORD.findall(text))
+        words.update(used)
+        used.subtract(_DEFINED.findall(text))  # a same-named definition of its own is no use of ours
+        read.uses[path] = used
+        read.stars[path] = {m.rsplit(".", 1)[-1] for m in _STAR.findall(text)}
+        read.heads.update(h for _, h in _BUILT_HEAD.findall(text) if len(h) >= MIN_PREFIX)
+    read.words = frozenset(words)
     return read
 
 
@@ -1027,23 +1023,13 @@ def _word_counts(source: str) -> Counter[str]:
     return mod.words
 
 
-_MODULES: dict[str, _Module | None] = {}  # text -> its analysis (None: it does not parse), newest last
-_MODULES_KEPT = 32
-
-
+@functools.lru_cache(maxsize=32)
 def _module(source: str) -> _Module | None:
-    """The analysis of ``source``, from the cache when this process planned in it before."""
-    if source in _MODULES:
-        mod = _MODULES.pop(source)
-    else:
-        try:
-            mod = _Module(source)
-        except (SyntaxError, ValueError):
-            mod = None
-    _MODULES[source] = mod
-    while len(_MODULES) > _MODULES_KEPT:
-        del _MODULES[next(iter(_MODULES))]
-    return mod
+    """The analysis of ``source`` (None: it does not parse), kept while this process plans in it."""
+    try:
+        return _Module(source)
+    except (SyntaxError, ValueError):
+        return None
 
 
 def _vary_module(path: str, source: str, targets: list[_Target], rng: secrets.SystemRandom,

@@ -118,6 +118,22 @@ def _demos():
             _demo("b:gold", [15, 16, 13], [[26, 27, 9]], [])]
 
 
+def _saved_with_exact_loss(run, demos, tmp_path):
+    """The run's model, saved and loaded back, after checking that the run's loss terms sum to the
+    exact full-vocabulary cross-entropy of that model on ``demos``."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    terms, _ = run._loss_terms(demos)
+    with torch.no_grad():
+        loss = float(sum(term() for term in terms))
+    saved = AutoModelForCausalLM.from_pretrained(str(run.save(tmp_path / "m")), dtype=torch.float32)
+    with torch.no_grad():
+        exact = _full_vocabulary_nll(saved, demos)
+    assert abs(loss - exact) <= 1e-4 * exact, (loss, exact)
+    return saved
+
+
 def _full_vocabulary_nll(model, demos) -> float:
     """The exact cross-entropy over all 151,665 logits, summed over the demos' target tokens."""
     from trainer_client.warmstart import target_logprobs
@@ -129,9 +145,6 @@ def _full_vocabulary_nll(model, demos) -> float:
 def test_sft_over_the_demos_vocabulary_is_the_full_vocabulary_cross_entropy(tmp_path):
     """vocabulary="demos": only the demos' rows of the (tied) LM head train, every other row is zero, and
     the loss it optimises equals the exact full-vocabulary cross-entropy of the saved model."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
     from trainer_client.tiny_qwen import tiny_qwen_dir
     from trainer_client.warmstart import SFTRun
 
@@ -141,12 +154,7 @@ def test_sft_over_the_demos_vocabulary_is_the_full_vocabulary_cross_entropy(tmp_
     run.run(demos, 3)
     terms, n_targets = run._loss_terms(demos)
     assert len(terms) == 1 and n_targets == 11  # one pass over the prompts' tree; generated tokens only
-    with torch.no_grad():
-        loss = float(sum(term() for term in terms))
-    saved = AutoModelForCausalLM.from_pretrained(str(run.save(tmp_path / "m")), dtype=torch.float32)
-    with torch.no_grad():
-        exact = _full_vocabulary_nll(saved, demos)
-    assert abs(loss - exact) <= 1e-4 * exact, (loss, exact)
+    saved = _saved_with_exact_loss(run, demos, tmp_path)
     head = saved.get_output_embeddings().weight
     assert head.data_ptr() == saved.get_input_embeddings().weight.data_ptr()  # still tied
     rows = head.abs().sum(-1) != 0
@@ -157,9 +165,6 @@ def test_sft_shares_the_prompts_prefix_and_batches_completions_by_length(tmp_pat
     """The prompts' common prefix goes through the model once for every group, the rest of a prompt once
     for its members, and members of unlike length in separate batches: the loss is still the exact
     full-vocabulary cross-entropy (here: three groups, prefix [11, 12], a short and two long members)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
     from trainer_client.tiny_qwen import tiny_qwen_dir
     from trainer_client.warmstart import SFTRun, _similar_lengths
 
@@ -172,13 +177,7 @@ def test_sft_shares_the_prompts_prefix_and_batches_completions_by_length(tmp_pat
     assert [len(b) for b in batches] == [2, 1]  # the lazy submit is not padded to the fixes
     run = SFTRun(demos, tiny_qwen_dir(), lr=1e-2, vocabulary="demos")
     run.run(demos, 2)
-    terms, _ = run._loss_terms(demos)
-    with torch.no_grad():
-        loss = float(sum(term() for term in terms))
-    saved = AutoModelForCausalLM.from_pretrained(str(run.save(tmp_path / "m")), dtype=torch.float32)
-    with torch.no_grad():
-        exact = _full_vocabulary_nll(saved, demos)
-    assert abs(loss - exact) <= 1e-4 * exact, (loss, exact)
+    _saved_with_exact_loss(run, demos, tmp_path)
 
 
 def test_one_sft_run_saves_teachers_then_trains_the_policy(tmp_path):
