@@ -5,14 +5,15 @@
 #
 # Most of the suite waits on servers, sandboxes and subprocesses, so its test files run in
 # SWE_TEST_WORKERS processes (pytest-xdist, default 2: one file per worker at a time, the longest
-# first: tests/support/timing.py). The sandbox's own tests (limits: fork and memory bombs, a runtime that
-# stops answering) run first, alone, on a quiet machine. Given test paths, only those run (in the
-# workers). SWE_TEST_WORKERS=0 runs everything in this process.
+# first: tests/support/timing.py). The sandbox's limit tests (fork and memory bombs, a runtime that
+# stops answering: tests/sandbox/test_limits.py) run first, alone, on a quiet machine; the sandbox's
+# other tests wait on their sandboxes most of the time and run with the rest. Given test paths, only
+# those run (in the workers). SWE_TEST_WORKERS=0 runs everything in this process.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TRL_EXPERIMENTAL_SILENCE=1 TOKENIZERS_PARALLELISM=false
 workers=${SWE_TEST_WORKERS:-2}
-QUIET_FIRST=tests/sandbox
+QUIET_FIRST=tests/sandbox/test_limits.py
 
 paths=0
 for a in "$@"; do [[ "$a" != -* && -e "${a%%::*}" ]] && paths=1; done

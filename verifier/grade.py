@@ -602,10 +602,15 @@ def _harness_verdict(task: TaskInstance, facts: RunFacts, log: str, truncated: b
 
 async def _script_check(task: TaskInstance, agent_diff: str, config: SandboxConfig, go: asyncio.Event
                   ) -> tuple[script_check.ScriptPlan, script_check.ScriptCheckResult | None]:
+    """The task's plan (made once per task, beside the test run), then, once ``go`` is set (the tests
+    passed), the check in a sandbox of its own. No sandbox starts for a submission whose tests failed,
+    most of them in training: starting one beside every test run took a third of a failing grading's
+    CPU under docker (2.5 against 1.7 s, a container more), for a resolved one's latency (+0.8 s)."""
     plan = await script_check.PLANS.get(task, config)
     if not plan.checked:
         return plan, None
-    return plan, await script_check.check(task, agent_diff, plan, config, go=go)
+    await go.wait()
+    return plan, await script_check.check(task, agent_diff, plan, config)
 
 
 def _with_script_check(res: GradeResult, outcome: tuple[script_check.ScriptPlan, script_check.ScriptCheckResult | None]) -> GradeResult:
@@ -649,8 +654,8 @@ async def grade_submission(task: TaskInstance, diff: str, config: SandboxConfig,
 
     async def run() -> GradeResult:
         started = time.perf_counter()
-        # The script check (script_check.py) gets its sandbox ready beside the pytest run (started, the diff
-        # applied); its script runs only for a submission whose tests passed, else it is dropped.
+        # The script check (script_check.py) gets its plan ready beside the pytest run; its sandbox starts
+        # and its script runs only for a submission whose tests passed, else it is dropped.
         go = asyncio.Event()
         checking = asyncio.ensure_future(_script_check(task, agent_diff, config, go)) if agent_diff.strip() else None
         try:

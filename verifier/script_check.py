@@ -689,13 +689,10 @@ PLANS = PlanCache()
 
 
 async def check(task: TaskInstance, agent_diff: str, plan: ScriptPlan, config: SandboxConfig,
-                timeout_s: float = RUN_TIMEOUT_S, go: asyncio.Event | None = None,
-                style: Style | None = None) -> ScriptCheckResult:
+                timeout_s: float = RUN_TIMEOUT_S, style: Style | None = None) -> ScriptCheckResult:
     """Replay the checked calls (and the plain tests) on the agent's tree (template + ``agent_diff``).
 
-    ``go``: the sandbox is started and the diff applied at once, the scripts run once it is set (the
-    grader sets it when the submission's tests passed, and cancels the check otherwise). ``style``: drawn
-    at random unless given."""
+    ``style``: drawn at random unless given."""
     started = time.perf_counter()
     rng = random.Random(secrets.randbits(64))
     scripts = _scripts(plan, rng, style or Style.draw(rng))
@@ -705,9 +702,6 @@ async def check(task: TaskInstance, agent_diff: str, plan: ScriptPlan, config: S
             await _apply(sb, agent_diff)
         except ArgumentError:
             return ScriptCheckResult(checked=plan.checked, error="the submitted diff does not apply")
-        if go is not None:
-            await go.wait()
-            started = time.perf_counter()
         try:
             form, got, error = await _run_all(sb, scripts, plan.python, rng, timeout_s)
         except SandboxError as exc:  # only the submission's code ran in it: the agent's

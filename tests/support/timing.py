@@ -1,7 +1,9 @@
 """The suite's durations, kept: ``tests/durations.json`` (committed) and what it is used for.
 
 - ``--write-durations`` (``make durations``) records each test file's wall time (setup + call +
-  teardown of its tests, summed) and the slowest tests of the run into ``tests/durations.json``.
+  teardown of its tests, summed), the CPU time its worker and the worker's reaped children used in
+  that time (a file well under its wall time waits: on servers, sandboxes, Docker's daemon, whose
+  CPU is not counted) and the slowest tests of the run into ``tests/durations.json``.
 - Test files run longest first (a stable sort by the recorded time; a file not recorded yet counts as
   slow): with ``pytest -n N --dist loadfile`` the long files start at once instead of ending the run.
 - A file recorded at ``FAST_FILE_S`` or more gets the ``slow`` marker, so ``-m "not slow"`` (``make
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import resource
 from collections import Counter
 from pathlib import Path
 
@@ -65,12 +68,40 @@ class _LongestFirst:
         items.sort(key=lambda item: (-seconds[_file(item.nodeid)], first[_file(item.nodeid)]))
 
 
+def _cpu_s() -> float:
+    """User + system seconds of this process and of its children that have been waited for."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+class _CpuMeter:
+    """In the process that runs the tests (an xdist worker or the only one): each report carries the CPU
+    seconds its phase used, as a user property (xdist sends those to the controller)."""
+
+    def __init__(self) -> None:
+        self.start = 0.0
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logstart(self, nodeid: str, location) -> None:
+        self.start = _cpu_s()
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call):
+        outcome = yield
+        report = outcome.get_result()
+        now = _cpu_s()
+        report.user_properties.append(("cpu_s", now - self.start))
+        self.start = now
+
+
 class _Recorder:
     def __init__(self) -> None:
         self.per_test: Counter[str] = Counter()
+        self.cpu: Counter[str] = Counter()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.per_test[report.nodeid] += report.duration
+        self.cpu[_file(report.nodeid)] += dict(report.user_properties).get("cpu_s", 0.0)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if not self.per_test or getattr(session.config, "workerinput", None) is not None:
@@ -79,17 +110,29 @@ class _Recorder:
         for nodeid, s in self.per_test.items():
             files[_file(nodeid)] += s
         merged = {**recorded(), **{f: round(s, 2) for f, s in files.items()}}  # a partial run updates its files
+        cpu = {**_recorded_cpu(), **{f: round(s, 1) for f, s in self.cpu.items()}}
         DURATIONS.write_text(json.dumps({
-            "note": "written by `make durations` (pytest --write-durations); seconds per test file, and the "
-                    "slowest tests of the run that wrote it",
+            "note": "written by `make durations` (pytest --write-durations); seconds per test file (wall, and "
+                    "CPU of the test process and its reaped children), and the slowest tests of the run that "
+                    "wrote it",
             "total_s": round(sum(merged.values()), 1),
+            "cpu_total_s": round(sum(cpu.values()), 1),
             "files": dict(sorted(merged.items(), key=lambda kv: -kv[1])),
+            "cpu_files": dict(sorted(cpu.items(), key=lambda kv: -kv[1])),
             "slowest": {k: round(v, 2) for k, v in self.per_test.most_common(SLOWEST)},
         }, indent=1) + "\n")
+
+
+def _recorded_cpu() -> dict[str, float]:
+    try:
+        return {k: float(v) for k, v in json.loads(DURATIONS.read_text())["cpu_files"].items()}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("numprocesses", None):  # pytest-xdist: the longest files start first
         config.pluginmanager.register(_LongestFirst(), "swe-longest-first")
-    if config.getoption("write_durations"):
+    if config.getoption("write_durations"):  # also in xdist's workers, which get the same options
+        config.pluginmanager.register(_CpuMeter(), "swe-cpu-meter")
         config.pluginmanager.register(_Recorder(), "swe-durations")
