@@ -22,7 +22,6 @@ import os
 import re
 import socket
 import subprocess
-import sys
 import uuid
 
 import httpx
@@ -38,10 +37,7 @@ REPLICAS = 4  # the docs' --scale env=4
 
 def _doc_lines() -> list[tuple[str, str, str]]:
     """(where, table key, line as written) of the docs' commands test_doc_commands.py says run here."""
-    docs = ROOT / "tests" / "docs"
-    if str(docs) not in sys.path:  # its sibling doc_blocks_support, when this file runs without tests/docs
-        sys.path.insert(0, str(docs))
-    spec = importlib.util.spec_from_file_location("doc_commands", docs / "test_doc_commands.py")
+    spec = importlib.util.spec_from_file_location("doc_commands", ROOT / "tests" / "docs" / "test_doc_commands.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     raw = dict(mod.doc_commands(raw=True))

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from doc_blocks_support import shell_lines
+from support.doc_blocks import shell_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]  # docs/frameworks/: tests/frameworks

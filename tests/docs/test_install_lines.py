@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 from support.requirements import missing
-from doc_blocks_support import shell_lines
+from support.doc_blocks import shell_lines
 from support.venvs import cached_venv
 
 ROOT = Path(__file__).resolve().parents[2]

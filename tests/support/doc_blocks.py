@@ -1,5 +1,6 @@
 """The command lines of a Markdown file's fenced shell blocks, as a shell reads them: the one reader of
-tests/docs (`test_install_lines`, `test_doc_commands`)."""
+the docs' commands (tests/docs' `test_install_lines` and `test_doc_commands`, and through the latter
+tests/containers' `test_compose_docs`)."""
 
 from __future__ import annotations
 
