@@ -26,11 +26,11 @@ SLOWEST = 40  # tests named in the file
 
 
 @functools.cache  # read once per process: both collection hooks and the recorder use it
-def recorded() -> dict[str, float]:
-    """Seconds per test file (``tests/...py``) from the committed file, as it was when the run started;
-    {} when there is none."""
+def recorded(key: str = "files") -> dict[str, float]:
+    """Seconds per test file (``tests/...py``) from the committed file, as it was when the run started:
+    wall time (``files``) or CPU time (``cpu_files``); {} when there is none."""
     try:
-        return {k: float(v) for k, v in json.loads(DURATIONS.read_text())["files"].items()}
+        return {k: float(v) for k, v in json.loads(DURATIONS.read_text())[key].items()}
     except (OSError, ValueError, KeyError, TypeError):
         return {}
 
@@ -110,7 +110,7 @@ class _Recorder:
         for nodeid, s in self.per_test.items():
             files[_file(nodeid)] += s
         merged = {**recorded(), **{f: round(s, 2) for f, s in files.items()}}  # a partial run updates its files
-        cpu = {**_recorded_cpu(), **{f: round(s, 1) for f, s in self.cpu.items()}}
+        cpu = {**recorded("cpu_files"), **{f: round(s, 1) for f, s in self.cpu.items()}}
         DURATIONS.write_text(json.dumps({
             "note": "written by `make durations` (pytest --write-durations); seconds per test file (wall, and "
                     "CPU of the test process and its reaped children), and the slowest tests of the run that "
@@ -121,13 +121,6 @@ class _Recorder:
             "cpu_files": dict(sorted(cpu.items(), key=lambda kv: -kv[1])),
             "slowest": {k: round(v, 2) for k, v in self.per_test.most_common(SLOWEST)},
         }, indent=1) + "\n")
-
-
-def _recorded_cpu() -> dict[str, float]:
-    try:
-        return {k: float(v) for k, v in json.loads(DURATIONS.read_text())["cpu_files"].items()}
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
 
 
 def pytest_configure(config: pytest.Config) -> None:
