@@ -621,15 +621,20 @@ async def _run_all(sb: Sandbox, scripts: list[Script], python: str, rng: random.
 
 
 async def _drifted(task: TaskInstance, plan: ScriptPlan, scripts: list[Script], keys: list[str],
-                   config: SandboxConfig, timeout_s: float) -> set[str]:
-    """Which of ``keys`` the fixed tree does not print as the plan expects, in any of ``DRIFT_RUNS`` runs."""
+                   config: SandboxConfig, timeout_s: float, commands_seed: int) -> set[str]:
+    """Which of ``keys`` the fixed tree does not print as the plan expects, in any of ``DRIFT_RUNS`` runs.
+
+    The first run replays the check's own commands (``commands_seed``): a call whose output depends on
+    how its script was run (a reproducer written into /workspace shows up in a listing of it) prints
+    on the fixed tree what it printed on the agent's, and is no witness; the other runs draw afresh."""
     wanted = _wanted(plan)
     sb = await open_sandbox(task.workspace_spec(), config)
     drifted: set[str] = set()
     try:
         await _apply(sb, task.patch)
-        for _ in range(DRIFT_RUNS):
-            _, now, error = await _run_all(sb, scripts, plan.python, random.Random(), timeout_s)
+        for run in range(DRIFT_RUNS):
+            commands = random.Random(commands_seed) if run == 0 else random.Random()
+            _, now, error = await _run_all(sb, scripts, plan.python, commands, timeout_s)
             if error:
                 break
             drifted |= {key for key in keys if not same(wanted[key], now.get(key))}
@@ -696,6 +701,7 @@ async def check(task: TaskInstance, agent_diff: str, plan: ScriptPlan, config: S
     started = time.perf_counter()
     rng = random.Random(secrets.randbits(64))
     scripts = _scripts(plan, rng, style or Style.draw(rng))
+    commands_seed = rng.getrandbits(64)  # how the scripts are run (form, file name): replayed by _drifted
     sb = await open_sandbox(task.workspace_spec(), config)
     try:
         try:
@@ -703,7 +709,7 @@ async def check(task: TaskInstance, agent_diff: str, plan: ScriptPlan, config: S
         except ArgumentError:
             return ScriptCheckResult(checked=plan.checked, error="the submitted diff does not apply")
         try:
-            form, got, error = await _run_all(sb, scripts, plan.python, rng, timeout_s)
+            form, got, error = await _run_all(sb, scripts, plan.python, random.Random(commands_seed), timeout_s)
         except SandboxError as exc:  # only the submission's code ran in it: the agent's
             form, got, error = "", {}, f"the sandbox failed during the script check: {exc}"
     finally:
@@ -714,7 +720,7 @@ async def check(task: TaskInstance, agent_diff: str, plan: ScriptPlan, config: S
         # Before a fix is failed, the fixed tree must still print what it printed when the plan was
         # made (a call whose outcome drifts, with the clock say, is no witness): checked now, only
         # on this rare path, and a drifting call is dropped from the plan for good.
-        drifted = await _drifted(task, plan, scripts, missed, config, timeout_s)
+        drifted = await _drifted(task, plan, scripts, missed, config, timeout_s, commands_seed)
         for key in drifted:
             plan.expected.pop(key, None)
             plan.tests_expected.pop(key, None)

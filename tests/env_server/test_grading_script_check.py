@@ -170,3 +170,58 @@ def test_a_label_printed_twice_is_no_witness():
     assert out == {"0.1": "'x'"}
     # an outcome is its own line: what others print around it is not part of it
     assert script_check.parse("warning: x\nabc123 [1, 2]\nstray\n", labels) == {"0.0": "[1, 2]"}
+
+
+def _listing_task(root: Path, demo_task: TaskInstance) -> TaskInstance:
+    """A task whose FAIL_TO_PASS test lists the workspace: ``py_files`` keeps ``.pyc`` names, the fix ``.py``."""
+    import subprocess
+
+    repo = root / "repo"
+    repo.mkdir()
+    (repo / "files.py").write_text("import os\n\n\ndef py_files(root):\n"
+                                   "    return sorted(n for n in os.listdir(root) if n.endswith('.pyc'))\n")
+    (repo / "test_files.py").write_text("from files import py_files\n\n\ndef test_py_files():\n"
+                                        "    assert py_files('/workspace') == ['files.py', 'test_files.py']\n")
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    for cmd in (["init", "-q"], ["add", "."], ["commit", "-qm", "base"]):
+        subprocess.run(git + cmd, cwd=repo, check=True)
+    base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True)
+    (repo / "files.py").write_text((repo / "files.py").read_text().replace("'.pyc'", "'.py'"))
+    gold = subprocess.run(["git", "diff"], cwd=repo, capture_output=True, text=True, check=True).stdout
+    subprocess.run(["git", "checkout", "-q", "--", "."], cwd=repo, check=True)
+    return TaskInstance.model_validate({
+        "instance_id": "local__files-1", "repo": "local/files", "base_commit": base.stdout.strip(),
+        "problem_statement": "py_files lists .pyc files", "patch": gold, "repo_path": str(repo),
+        "python_env": str(demo_task.python_env), "FAIL_TO_PASS": ["test_files.py::test_py_files"]})
+
+
+def test_a_call_that_sees_how_its_script_ran_is_no_witness(demo_task: TaskInstance, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch):
+    """A reproducer written into /workspace shows up in a listing of it. When the check's own scripts ran
+    that way, the fixed tree is asked again with the very same commands before the fix is failed: the
+    call prints the same there, is no witness, and is dropped; a correct fix keeps its 1.0."""
+    task = _listing_task(tmp_path, demo_task)
+    config = SandboxConfig(backend="bwrap")
+    check_states: list = []
+    armed = False
+
+    def command(source: str, python: str, rng: random.Random, stream: str = "flush") -> tuple[str, str]:
+        # once armed, the check's commands (the first drawn, and any drawn from the same state again) write
+        # the script into /workspace; the plan's runs and commands drawn afresh run it from stdin
+        state = rng.getstate()
+        if armed and (not check_states or state in check_states):
+            check_states.append(state)
+            return "workspace_file", (f"cd /workspace && cat > example.py <<'EOF'\n{source}EOF\n"
+                                      f"{python} example.py; rm -f example.py")
+        return "stdin", f"cd /workspace && {python} - <<'EOF'\n{source}EOF"
+
+    monkeypatch.setattr(script_check, "command", command)
+    plan = run(script_check.PLANS.get(task, config))
+    listing = [k for k, want in plan.expected.items() if "files.py" in want]
+    assert plan.checked and listing, plan.expected
+
+    armed = True
+    res = run(script_check.check(task, task.patch, plan, config))
+    assert res.form.startswith("workspace_file") and res.mismatched == [] and res.error is None, res
+    assert len(check_states) >= 2  # the fixed tree was asked with the check's own commands
+    assert not set(listing) & set(plan.expected)  # the listing is dropped from the plan for good
