@@ -48,6 +48,7 @@ from pydantic import BaseModel, Field
 from sandbox import ArgumentError, PathError, SandboxConfig, SandboxError, open_sandbox
 from sandbox.base import Sandbox
 from sandbox.models import CommandStatus
+from sandbox.runtime import PYCACHE_PREFIX
 
 from .diffs import is_test_path, split_diff
 from .script_tests import SHIM, TestScript, plain
@@ -567,6 +568,10 @@ async def expect(task: TaskInstance, scenes: list[Scene], config: SandboxConfig,
 
         buggy = await outcomes()
         await _apply(sb, task.patch)
+        # The buggy tree's bytecode goes: a one-token fix keeps a module's size and, within the second the
+        # buggy run compiled it, its mtime, which is all Python checks before it runs cached bytecode
+        # (the fixed runs then ran the bug, told nothing apart, and a correct task was refused unguarded).
+        await sb.run(f"rm -rf {PYCACHE_PREFIX}/workspace", timeout_s=30)
         fixed = [await outcomes(f"PYTHONHASHSEED={n + 1}") for n in range(FIXED_RUNS)]
     finally:
         await sb.close()
