@@ -76,6 +76,33 @@ def test_venv_lacks_the_package_and_points_at_the_workspace(pack: Path, report: 
         assert pth.read_text().strip() in ("/workspace", "/workspace/src")
 
 
+@pytest.mark.usefixtures("bwrap")  # skips without bubblewrap; fails under CI
+def test_a_sessions_first_pytest_compiles_nothing_of_the_venv(pack: Path) -> None:
+    """The venv holds its bytecode (``task_factory/envs.py``), which the sandbox's bytecode layer links
+    (``sandbox/bytecode.py``): a fresh session's first ``python -m pytest`` compiles only the workspace."""
+    from sandbox import open_sandbox
+
+    task = load_tasks(pack)[0]
+    assert list(task.python_env.glob("lib/python3*/site-packages/_pytest/__pycache__/main.cpython-3*.pyc"))
+    probe = ("python -m pytest --co -q >/dev/null 2>&1; python -c \"import os\n"
+             "for d, _, fs in os.walk(os.environ['PYTHONPYCACHEPREFIX']):\n"
+             "    for f in fs:\n"
+             "        p = os.path.join(d, f)\n"
+             "        print('LINK' if os.path.islink(p) else 'COMPILED', p)\"")
+
+    async def run() -> str:
+        sb = await open_sandbox(task.workspace_spec(), SandboxConfig(backend="bwrap"))
+        try:
+            return (await sb.run(f"cd /workspace && {probe}", 120)).output
+        finally:
+            await sb.close()
+
+    lines = asyncio.run(run()).splitlines()
+    compiled = [line.split()[1] for line in lines if line.startswith("COMPILED ")]
+    assert any("/site-packages/_pytest/" in line for line in lines if line.startswith("LINK ")), lines[:20]
+    assert compiled and all(p.startswith("/tmp/.pycache/workspace/") for p in compiled), compiled
+
+
 def test_statements_do_not_leak_the_injected_change_or_the_tests(pack: Path, report: BuildReport) -> None:
     for task, prov in zip(load_tasks(pack), report.provenance, strict=True):
         changed = [line[1:] for line in task.patch.splitlines()
