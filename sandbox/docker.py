@@ -480,10 +480,12 @@ def init_message(spec: WorkspaceSpec, config: SandboxConfig, base_commit: str,
     # Relocated: the image's own folders on the host path (/root is 0700) may not let the agent's uid through.
     venv = (venv_mount_point(str(Path(spec.python_env).absolute()), relocate=True)
             if spec.python_env is not None else spec.image_env)
-    return runtime_init(spec, config, mode="mounted" if mounted else "copy", template=TEMPLATE_MOUNT, upper="",
+    init = runtime_init(spec, config, mode="mounted" if mounted else "copy", template=TEMPLATE_MOUNT, upper="",
                         base_commit=base_commit, venv=venv,
                         extra_exec_paths=(["/workspace"] if spec.image_resident else [])
                         + (["/.swe/py"] if bundle else []))
+    init["pycache_links"] = venv  # the environment's bytecode, linked into the pycache prefix (runtime.py)
+    return init
 
 
 def _image_lacks_tools(engine: DockerEngine, url: str | None, image: str, blocked: tuple[str, ...]) -> bool:

@@ -89,6 +89,8 @@ class JailSandbox(Sandbox):
             box.info.landlock_abi = int(layers.get("landlock_abi") or 0)
             box.info.noexec_workspace = bool(layers.get("noexec_workspace"))
             box.info.cpu_policy = str(layers.get("cpu_policy") or "normal")
+            if "pycache_links" in layers:  # the environment's bytecode the runtime linked (docker)
+                box.info.details["pycache_links"] = str(layers["pycache_links"])
         except BaseException as exc:
             await box.close()
             if not isinstance(exc, Exception) or isinstance(exc, SandboxStartError):
