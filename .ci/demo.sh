@@ -23,6 +23,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TRL_EXPERIMENTAL_SILENCE=1 TOKENIZERS_PARALLELISM=false
+# `make setup` installs without compiling (--no-compile): Python writes each module's bytecode the first
+# time a program imports it. With PYTHONDONTWRITEBYTECODE set (some shells and images set it), every
+# process would compile torch, transformers and TRL again: the suite took 52 min instead of 28 here.
+unset PYTHONDONTWRITEBYTECODE
 # no per-file "Loading weights" / "Writing model shards" bars between the step lines (the step bar stays)
 export HF_HUB_DISABLE_PROGRESS_BARS=1
 # transformers' own deprecation notices (gradient_checkpointing -> activation_checkpointing, raised

@@ -12,6 +12,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TRL_EXPERIMENTAL_SILENCE=1 TOKENIZERS_PARALLELISM=false
+# `make setup` installs without compiling (--no-compile): Python writes each module's bytecode the first
+# time a program imports it. With PYTHONDONTWRITEBYTECODE set (some shells and images set it), every
+# process would compile torch, transformers and TRL again: the suite took 52 min instead of 28 here.
+unset PYTHONDONTWRITEBYTECODE
 workers=${SWE_TEST_WORKERS:-2}
 QUIET_FIRST=tests/sandbox/test_limits.py
 

@@ -26,26 +26,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-SKIPPED_DIRS = frozenset({"site-packages", "dist-packages"})  # of a standard library: not the environment's
-
-
-def _pycs(root: Path, seen_as: str, stdlib: bool) -> list[tuple[str, str]]:
-    """(path under the prefix, symlink target) for each ``.pyc`` below ``root`` that has its source
-    beside its ``__pycache__``; paths as the sandbox sees them (``root`` is mounted at ``seen_as``)."""
-    out: list[tuple[str, str]] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        if stdlib and dirpath == str(root):
-            dirnames[:] = [d for d in dirnames if d not in SKIPPED_DIRS]
-        if os.path.basename(dirpath) != "__pycache__":
-            continue
-        source_dir = os.path.dirname(dirpath)
-        rel = os.path.relpath(source_dir, root)
-        inside = seen_as if rel == "." else f"{seen_as}/{rel}"
-        for name in filenames:
-            module = name.split(".", 1)[0]
-            if name.endswith(".pyc") and os.path.isfile(os.path.join(source_dir, module + ".py")):
-                out.append((f"{inside.lstrip('/')}/{name}", f"{inside}/__pycache__/{name}"))
-    return out
+from .runtime import environment_pycs  # the one walk, also run in the docker jail
 
 
 def environment_roots(venv: Path | None, venv_seen_as: str | None, base_prefix: Path | None
@@ -79,7 +60,7 @@ def _mtime(path: Path) -> int:
 
 @functools.lru_cache(maxsize=32)
 def _tree(cache: Path, stamp: tuple[tuple[str, str, bool, int], ...]) -> Path | None:
-    entries = sorted(e for host, seen, std, _ in stamp for e in _pycs(Path(host), seen, std))
+    entries = sorted(e for host, seen, std, _ in stamp for e in environment_pycs(host, seen, std))
     if not entries:
         return None
     digest = hashlib.sha256("\0".join(f"{a}\0{b}" for a, b in entries).encode()).hexdigest()[:16]

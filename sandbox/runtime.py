@@ -186,6 +186,26 @@ def build_overlay_workspace(cfg: dict) -> str:
     return private
 
 
+def environment_pycs(root: str, seen_as: str, stdlib: bool) -> list:
+    """(path under a pycache prefix, symlink target) for each ``.pyc`` below ``root`` that has its
+    source beside its ``__pycache__``, paths as a sandbox sees them (``root`` appears at ``seen_as``).
+    A standard library's ``site-packages``/``dist-packages`` are not walked: not the environment's.
+    The one walk behind both backends' first layer (bwrap: ``sandbox/bytecode.py``, on the host;
+    docker: ``link_environment_bytecode``, in the jail)."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        if stdlib and dirpath == root:
+            dirnames[:] = [d for d in dirnames if d not in ("site-packages", "dist-packages")]
+        if os.path.basename(dirpath) != "__pycache__":
+            continue
+        rel = os.path.relpath(os.path.dirname(dirpath), root)
+        inside = seen_as if rel == "." else seen_as + "/" + rel
+        for name in filenames:
+            if name.endswith(".pyc") and os.path.isfile(os.path.join(dirpath, "..", name.split(".", 1)[0] + ".py")):
+                out.append((inside.lstrip("/") + "/" + name, inside + "/__pycache__/" + name))
+    return out
+
+
 def link_environment_bytecode(venv, prefix: str = PYCACHE_PREFIX) -> int:
     """Where no overlay is mounted (docker), start the private pycache prefix as the tree of symlinks
     that bwrap mounts as its read-only first layer (``sandbox/bytecode.py``): one per ``.pyc`` that the
@@ -206,26 +226,21 @@ def link_environment_bytecode(venv, prefix: str = PYCACHE_PREFIX) -> int:
         except OSError:
             pass
     roots += [(base + "/lib/" + d, True) for d in _python_libs(base)]
-    count = 0
+    count, made = 0, set()
     for root, stdlib in roots:
-        for dirpath, dirnames, filenames in os.walk(root):
-            if stdlib and dirpath == root:  # the environment's packages are the other root
-                dirnames[:] = [d for d in dirnames if d not in ("site-packages", "dist-packages")]
-            if os.path.basename(dirpath) != "__pycache__":
-                continue
-            source_dir, made = os.path.dirname(dirpath), False
-            for name in filenames:
-                if not name.endswith(".pyc") or not os.path.isfile(
-                        os.path.join(source_dir, name.split(".", 1)[0] + ".py")):
-                    continue
-                if not made:
-                    os.makedirs(prefix + source_dir, exist_ok=True)
-                    made = True
-                try:
-                    os.symlink(os.path.join(dirpath, name), prefix + source_dir + "/" + name)
-                    count += 1
-                except FileExistsError:
-                    pass
+        for link, target in environment_pycs(root, root, stdlib):
+            path = prefix + "/" + link
+            try:
+                folder = os.path.dirname(path)
+                if folder not in made:
+                    os.makedirs(folder, exist_ok=True)
+                    made.add(folder)
+                os.symlink(target, path)
+                count += 1
+            except FileExistsError:
+                pass
+            except OSError:  # a /tmp too small for them: Python compiles what is not linked
+                return count
     return count
 
 
