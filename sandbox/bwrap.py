@@ -29,6 +29,7 @@ from .channel import MAX_LINE
 from .jail import JailSandbox
 from .models import LayerMode, SandboxConfig, SandboxInfo, SandboxStartError, WorkspaceSpec
 from .bytecode import bytecode_tree, environment_roots
+from .runtime import venv_base
 from .runtime_config import runtime_init, venv_mount_point
 from .toolview import tool_view
 from .workspace import cache_root, prepare_template
@@ -43,14 +44,8 @@ START_TIMEOUT_S = 30.0
 
 
 def _python_prefix_of_venv(venv: Path) -> Path | None:
-    cfg = venv / "pyvenv.cfg"
-    if not cfg.exists():
-        return None
-    for line in cfg.read_text().splitlines():
-        key, _, value = line.partition("=")
-        if key.strip() == "home" and value.strip():
-            return Path(value.strip()).resolve().parent
-    return None
+    base = venv_base(str(venv))
+    return Path(base) if base is not None else None
 
 
 def _site_packages(prefix: Path) -> list[Path]:

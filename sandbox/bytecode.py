@@ -26,22 +26,19 @@ import shutil
 import uuid
 from pathlib import Path
 
-from .runtime import environment_pycs  # the one walk, also run in the docker jail
+from .runtime import environment_libs, environment_pycs  # the one walk, also run in the docker jail
 
 
 def environment_roots(venv: Path | None, venv_seen_as: str | None, base_prefix: Path | None
                       ) -> list[tuple[Path, str, bool]]:
     """(host directory, where the sandbox sees it, is a standard library) for the environment's
-    ``site-packages`` and its interpreter's standard library (bound at the same path)."""
-    roots: list[tuple[Path, str, bool]] = []
-    if venv is not None and venv_seen_as is not None:
-        for sp in sorted(venv.glob("lib/python3*/site-packages")):
-            roots.append((sp, f"{venv_seen_as}/{sp.relative_to(venv)}", False))
-    if base_prefix is not None:
-        for lib in sorted(base_prefix.glob("lib/python3.*")):
-            if lib.is_dir() and not lib.is_symlink():
-                roots.append((lib, str(lib), True))
-    return roots
+    ``site-packages`` (``venv`` is bound at ``venv_seen_as``) and its interpreter's standard library
+    (bound at the same path)."""
+    if venv is None or venv_seen_as is None:
+        venv = None
+    libs = environment_libs(str(venv) if venv is not None else None,
+                            str(base_prefix) if base_prefix is not None else None)
+    return [(Path(d), d if std else venv_seen_as + d[len(str(venv)):], std) for d, std in libs]
 
 
 def bytecode_tree(cache: Path, roots: list[tuple[Path, str, bool]]) -> Path | None:

@@ -186,6 +186,35 @@ def build_overlay_workspace(cfg: dict) -> str:
     return private
 
 
+def venv_base(venv: str):
+    """The prefix of the interpreter ``venv`` was made from (``home`` in its ``pyvenv.cfg``), or None."""
+    try:
+        with open(venv + "/pyvenv.cfg") as f:
+            for line in f:
+                key, _, value = line.partition("=")
+                if key.strip() == "home" and value.strip():
+                    return os.path.dirname(os.path.realpath(value.strip()))
+    except OSError:
+        pass
+    return None
+
+
+def environment_libs(venv, base) -> list:
+    """(directory, is a standard library) for a venv's ``site-packages`` and its base interpreter's
+    standard library (``base/lib/python3.X``), the folders whose bytecode a sandbox starts with."""
+    def libs(prefix: str) -> list:
+        try:
+            names = sorted(os.listdir(prefix + "/lib"))
+        except OSError:
+            return []
+        return [prefix + "/lib/" + n for n in names if n.startswith("python3")
+                and os.path.isdir(prefix + "/lib/" + n) and not os.path.islink(prefix + "/lib/" + n)]
+
+    roots = [(d + "/site-packages", False) for d in (libs(venv) if venv else [])
+             if os.path.isdir(d + "/site-packages")]
+    return roots + [(d, True) for d in (libs(base) if base else [])]
+
+
 def environment_pycs(root: str, seen_as: str, stdlib: bool) -> list:
     """(path under a pycache prefix, symlink target) for each ``.pyc`` below ``root`` that has its
     source beside its ``__pycache__``, paths as a sandbox sees them (``root`` appears at ``seen_as``).
@@ -198,10 +227,11 @@ def environment_pycs(root: str, seen_as: str, stdlib: bool) -> list:
             dirnames[:] = [d for d in dirnames if d not in ("site-packages", "dist-packages")]
         if os.path.basename(dirpath) != "__pycache__":
             continue
-        rel = os.path.relpath(os.path.dirname(dirpath), root)
+        source_dir = os.path.dirname(dirpath)
+        rel = os.path.relpath(source_dir, root)
         inside = seen_as if rel == "." else seen_as + "/" + rel
         for name in filenames:
-            if name.endswith(".pyc") and os.path.isfile(os.path.join(dirpath, "..", name.split(".", 1)[0] + ".py")):
+            if name.endswith(".pyc") and os.path.isfile(os.path.join(source_dir, name.split(".", 1)[0] + ".py")):
                 out.append((inside.lstrip("/") + "/" + name, inside + "/__pycache__/" + name))
     return out
 
@@ -213,21 +243,10 @@ def link_environment_bytecode(venv, prefix: str = PYCACHE_PREFIX) -> int:
     library. Without it each sandbox's first Python process compiled pytest and the standard library
     (1.2 s of a docker grading's test run). Python checks each ``.pyc`` against its source before it
     uses one; a link the shell replaces changes this sandbox only. Returns how many links."""
-    roots, base = [], "/usr"
-    if venv:
-        roots += [(venv + "/lib/" + d + "/site-packages", False) for d in _python_libs(venv)]
-        base = venv  # a conda-style environment holds its own standard library
-        try:
-            with open(venv + "/pyvenv.cfg") as f:
-                for line in f:
-                    key, _, value = line.partition("=")
-                    if key.strip() == "home":
-                        base = os.path.dirname(value.strip().rstrip("/"))
-        except OSError:
-            pass
-    roots += [(base + "/lib/" + d, True) for d in _python_libs(base)]
+    # no pyvenv.cfg: a conda-style environment, which holds its own standard library
+    base = (venv_base(venv) or venv) if venv else "/usr"
     count, made = 0, set()
-    for root, stdlib in roots:
+    for root, stdlib in environment_libs(venv, base):
         for link, target in environment_pycs(root, root, stdlib):
             path = prefix + "/" + link
             try:
@@ -242,16 +261,6 @@ def link_environment_bytecode(venv, prefix: str = PYCACHE_PREFIX) -> int:
             except OSError:  # a /tmp too small for them: Python compiles what is not linked
                 return count
     return count
-
-
-def _python_libs(prefix: str) -> list:
-    """The ``python3.X`` folders of ``prefix/lib``."""
-    try:
-        names = os.listdir(prefix + "/lib")
-    except OSError:
-        return []
-    return sorted(n for n in names if n.startswith("python3") and os.path.isdir(prefix + "/lib/" + n)
-                  and not os.path.islink(prefix + "/lib/" + n))
 
 
 def build_copied_workspace(cfg: dict) -> None:
