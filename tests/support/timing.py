@@ -6,6 +6,8 @@
   CPU is not counted) and the slowest tests of the run into ``tests/durations.json``.
 - Test files run longest first (a stable sort by the recorded time; a file not recorded yet counts as
   slow): with ``pytest -n N --dist loadfile`` the long files start at once instead of ending the run.
+  The sort runs where xdist takes the order from (its workers' collection), and xdist's own reordering
+  (by tests per file) is turned off.
 - A file recorded at ``FAST_FILE_S`` or more gets the ``slow`` marker, so ``-m "not slow"`` (``make
   test-fast``) is the tier a developer runs on every change; a file not recorded yet is slow too.
 """
@@ -124,8 +126,14 @@ class _Recorder:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if config.getoption("numprocesses", None):  # pytest-xdist: the longest files start first
+    # pytest-xdist: the longest files start first. The workers collect, and the controller schedules
+    # their order (xdist sets a worker's numprocesses to None, so a worker is known by its workerinput);
+    # xdist's own reordering (the files with the most tests first) would undo the sort.
+    in_worker = getattr(config, "workerinput", None) is not None
+    if config.getoption("numprocesses", None) or in_worker:
         config.pluginmanager.register(_LongestFirst(), "swe-longest-first")
+        if hasattr(config.option, "loadscopereorder"):
+            config.option.loadscopereorder = False
     if config.getoption("write_durations"):  # also in xdist's workers, which get the same options
         config.pluginmanager.register(_CpuMeter(), "swe-cpu-meter")
         config.pluginmanager.register(_Recorder(), "swe-durations")
