@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from support.git_repos import git_run
 
 from containers_support import (
     COMPOSE_FILE, ENV_UID, ROOT, TIMINGS, container_ips, free_port_pair, host_port, project_objects, wait_healthy,
@@ -177,8 +178,7 @@ def _secret_line(patch: str, repo: Path, base_commit: str) -> str:
     for line in patch.splitlines():
         text = line[1:].strip()
         if line.startswith("+") and not line.startswith("+++") and len(text) >= 12:
-            found = subprocess.run(["git", "-c", f"safe.directory={repo}", "-C", str(repo), "grep", "-qF", "-e",
-                                    text, base_commit, "--"], capture_output=True)
+            found = git_run(repo, "-c", f"safe.directory={repo}", "grep", "-qF", "-e", text, base_commit, "--")
             if found.returncode == 1:
                 return text
     pytest.fail("no distinctive added line in the patch")

@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from support.git_repos import commit_files, git
 from support.requirements import missing
 
 from task_factory.datasets.patches import PatchError, new_files_patch, reverse_patch
 
 
 @pytest.fixture(autouse=True)
-def _needs_git() -> None:
+def _needsgit() -> None:
     if shutil.which("git") is None:  # fails under CI, skips elsewhere
         missing("git", "git is not on PATH")
-
-
-def _git(repo: Path, *args: str, stdin: str | None = None) -> str:
-    proc = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, input=stdin,
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
 
 
 def _snapshot(repo: Path) -> dict[str, tuple[str, bool]]:
@@ -34,16 +27,10 @@ def _snapshot(repo: Path) -> dict[str, tuple[str, bool]]:
 @pytest.fixture()
 def repo(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
-    repo.mkdir()
-    _git(repo, "init", "-q")
-    (repo / "pkg").mkdir()
-    (repo / "pkg" / "core.py").write_text("".join(f"line {i}\n" for i in range(1, 41)))
-    (repo / "pkg" / "gone.py").write_text("def gone():\n    return 1\n")
-    (repo / "pkg" / "old_name.py").write_text("".join(f"kept {i}\n" for i in range(1, 21)))
-    (repo / "run.sh").write_text("#!/bin/sh\necho hi\n")
-    (repo / "noeol.txt").write_text("first\nlast without newline")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "base")
+    commit_files(repo, {"pkg/core.py": "".join(f"line {i}\n" for i in range(1, 41)),
+                        "pkg/gone.py": "def gone():\n    return 1\n",
+                        "pkg/old_name.py": "".join(f"kept {i}\n" for i in range(1, 21)),
+                        "run.sh": "#!/bin/sh\necho hi\n", "noeol.txt": "first\nlast without newline"})
     return repo
 
 
@@ -66,19 +53,19 @@ def _make_bug(repo: Path) -> None:
 def test_reverse_patch_undoes_the_bug_patch_with_git_apply(repo: Path) -> None:
     original = _snapshot(repo)
     _make_bug(repo)
-    _git(repo, "add", "-A")
-    bug = _git(repo, "diff", "--cached", "-M", "HEAD")
+    git(repo, "add", "-A")
+    bug = git(repo, "diff", "--cached", "-M", "HEAD")
     buggy = _snapshot(repo)
     assert "rename from" in bug and "new mode 100755" in bug and "deleted file mode" in bug
     assert "\\ No newline at end of file" in bug and bug.count("@@ -") >= 4
-    _git(repo, "reset", "-q", "--hard", "HEAD")
-    _git(repo, "apply", "-", stdin=bug)  # forward: the bug, as SWE-smith's setup does
+    git(repo, "reset", "-q", "--hard", "HEAD")
+    git(repo, "apply", "-", input=bug)  # forward: the bug, as SWE-smith's setup does
     assert _snapshot(repo) == buggy
     fix = reverse_patch(bug)
-    _git(repo, "apply", "--check", "-", stdin=fix)
-    _git(repo, "apply", "-", stdin=fix)  # reverse: the gold fix
+    git(repo, "apply", "--check", "-", input=fix)
+    git(repo, "apply", "-", input=fix)  # reverse: the gold fix
     assert _snapshot(repo) == original
-    assert _git(repo, "status", "--porcelain") == ""
+    assert git(repo, "status", "--porcelain") == ""
     assert reverse_patch(fix) == bug  # git writes removals first; so does reverse_patch
 
 
@@ -101,8 +88,8 @@ def test_reverse_patch_refuses_what_it_cannot_reverse(patch: str, words: str) ->
 
 
 def test_new_files_patch_applies(tmp_path: Path) -> None:
-    _git(tmp_path, "init", "-q")
+    git(tmp_path, "init", "-q")
     files = {"r2e_tests/test_1.py": "def test_a():\n    assert True\n", "r2e_tests/empty.py": "",
              "r2e_tests/helper.py": "X = 1"}
-    _git(tmp_path, "apply", "-", stdin=new_files_patch(files))
+    git(tmp_path, "apply", "-", input=new_files_patch(files))
     assert {k: (tmp_path / k).read_text() for k in files} == files

@@ -8,11 +8,11 @@ test no sandbox container created during it may be left.
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 from docker_support import sandbox_containers, wait_gone
+from support.git_repos import commit_files
 from support.requirements import docker_engine_client, missing
 
 from sandbox import DockerBackend, SandboxConfig, WorkspaceSpec
@@ -60,23 +60,10 @@ def no_leaked_containers(request: pytest.FixtureRequest):
     assert not leaked, f"sandbox containers leaked: {leaked}"
 
 
-def _git(repo: Path, *args: str) -> str:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(repo), "GIT_CONFIG_NOSYSTEM": "1",
-           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
-    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
 @pytest.fixture(scope="session")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("dockerrepo") / "repo"
-    (path / "pkg").mkdir(parents=True)
-    (path / "pkg/__init__.py").write_text("")
-    (path / "pkg/core.py").write_text("def f():\n    return 41\n")
-    _git(path, "init", "-q", "-b", "main")
-    _git(path, "add", "-A")
-    _git(path, "commit", "-qm", "base")
+    commit_files(path, {"pkg/__init__.py": "", "pkg/core.py": "def f():\n    return 41\n"})
     return path
 
 

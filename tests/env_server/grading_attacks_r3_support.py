@@ -33,6 +33,7 @@ from pathlib import Path
 
 from grading_attacks_support import Attack, Ctx
 from grading_attacks_r2_support import AttackR2
+from support.git_repos import git, git_run
 
 from verifier.task import TaskInstance
 
@@ -60,13 +61,12 @@ def _f2p_failed(ctx: Ctx) -> str:
 def gold_source(task: TaskInstance, target: str) -> str | None:
     """``target`` as the gold patch leaves it (what an agent that found the fix would have written)."""
     with tempfile.TemporaryDirectory() as tmp:
-        archive = subprocess.run(["git", "-C", str(task.repo_path), "archive", task.base_commit or "HEAD"],
-                                 capture_output=True, check=True).stdout
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        archive = git_run(task.repo_path, "archive", task.base_commit or "HEAD")
+        assert archive.returncode == 0, archive.stderr
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
         for patch in (task.setup_patch, task.patch):
             if patch.strip():
-                subprocess.run(["git", "apply", "--whitespace=nowarn", "-"], cwd=tmp, input=patch.encode(),
-                               capture_output=True, check=True)
+                git(Path(tmp), "apply", "--whitespace=nowarn", "-", input=patch)
         path = Path(tmp) / target
         return path.read_text() if path.is_file() else None
 

@@ -19,6 +19,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+from support.git_repos import commit_files, git
 
 from contract import SuspicionReason
 from verifier import diffs
@@ -59,13 +60,6 @@ def git_quote(name: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-def git(repo: Path, *args: str, input: bytes | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(repo), "GIT_CONFIG_NOSYSTEM": "1",
-           "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C"}
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-                          input=input, capture_output=True, env=env, check=check)
-
-
 BASE_FILES = {"pkg/__init__.py": "", "pkg/core.py": "def f():\n    return 1\n", "pkg/a.py": "A = 1\nB = 2\n",
               "README.md": "readme\n"}
 
@@ -73,12 +67,7 @@ BASE_FILES = {"pkg/__init__.py": "", "pkg/core.py": "def f():\n    return 1\n", 
 @pytest.fixture(scope="module")
 def base_repo(tmp_path_factory) -> Path:
     repo = tmp_path_factory.mktemp("base")
-    git(repo, "init", "-q")
-    for name, text in BASE_FILES.items():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text(text)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "base")
+    commit_files(repo, BASE_FILES)
     return repo
 
 
@@ -291,13 +280,11 @@ def _honest_diffs(base_repo: Path, tmp_path: Path) -> list[tuple[str, dict[str, 
     for args in (["--no-renames"], ["-M"], ["-c", "core.quotePath=true", "--no-renames"]):
         cmd = [a for a in args if a.startswith("-c") or "=" in a]
         rest = [a for a in args if a not in cmd]
-        r = git(work, *cmd, "diff", "--cached", "--no-color", "--no-ext-diff", *rest, "HEAD", "--")
-        out.append((r.stdout.decode("utf-8", "surrogateescape"), tree(work)))
+        out.append((git(work, *cmd, "diff", "--cached", "--no-color", "--no-ext-diff", *rest, "HEAD", "--"), tree(work)))
     # a rename the sandbox's --no-renames never shows, but gold patches may
     git(work, "commit", "-qm", "change")
     git(work, "mv", "pkg/core.py", "pkg/core_moved.py")
-    r = git(work, "diff", "--cached", "-M", "HEAD", "--")
-    out.append((r.stdout.decode("utf-8", "surrogateescape"), None))
+    out.append((git(work, "diff", "--cached", "-M", "HEAD", "--"), None))
     return out
 
 

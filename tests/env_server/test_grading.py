@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from env_support import requires_sandbox, run
+from support.git_repos import git
 
 from sandbox import SandboxConfig
 from verifier import GradeCache, grade_submission
@@ -81,11 +82,9 @@ def test_a_diff_that_kills_the_test_run_is_charged_to_the_agent(demo_task, tmp_p
 
 
 def _diff_appending(task, tmp_path, path: str, text: str) -> str:
-    import subprocess
-
     clone = tmp_path / "clone"
-    subprocess.run(["git", "clone", "-q", str(task.repo_path), str(clone)], check=True)
-    subprocess.run(["git", "-C", str(clone), "checkout", "-q", task.base_commit], check=True)
+    git(tmp_path, "clone", "-q", str(task.repo_path), str(clone))
+    git(clone, "checkout", "-q", task.base_commit)
     with open(clone / path, "a") as f:
         f.write(text)
-    return subprocess.run(["git", "-C", str(clone), "diff"], capture_output=True, text=True, check=True).stdout
+    return git(clone, "diff")

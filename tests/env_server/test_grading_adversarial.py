@@ -15,7 +15,6 @@ import asyncio
 import json
 import posixpath
 import shlex
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from env_support import docker_or_fail, requires_sandbox, run_server
 from grading_attacks_support import Ctx, attacks, bash_script
 from grading_attacks_r2_support import attacks_r2, bash_script_r2
 from grading_attacks_r3_support import attacks_r3, gold_source
+from support.git_repos import git_run
 
 from env_server.config import ServerConfig
 from env_server.episode import EpisodeConfig
@@ -56,8 +56,7 @@ def rounds_for(backend: str, index: int, ctx: Ctx, task: TaskInstance) -> list:
 def ctx_for(task: TaskInstance) -> Ctx:
     target = split_diff(task.patch)[0].new_path
     test_file = task.FAIL_TO_PASS[0].split("::")[0]
-    visible = subprocess.run(["git", "-C", str(task.repo_path), "cat-file", "-e", f"{task.base_commit}:{test_file}"],
-                             capture_output=True).returncode == 0
+    visible = git_run(task.repo_path, "cat-file", "-e", f"{task.base_commit}:{test_file}").returncode == 0
     return Ctx(target=target, tests_dir=posixpath.dirname(test_file), f2p=task.FAIL_TO_PASS, tests_visible=visible)
 
 

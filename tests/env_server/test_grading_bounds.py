@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import math
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
+from support.git_repos import git
 from support.taskpacks import build_small_pack, mined_pack_or_missing
 
 from task_factory.demo_task import demo_tasks_file
@@ -31,17 +31,12 @@ from verifier.task import TaskInstance, load_tasks
 SHORT_OF_TARGET: dict[str, float] = {}
 
 
-def _git(repo: Path, *args: str, stdin: str | None = None) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], input=stdin, capture_output=True, text=True,
-                          check=True).stdout
-
-
 def graded_tree(task: TaskInstance, dest: Path) -> Path:
     """The tree the grader plants canaries in: the base commit with the task's test_patch."""
-    subprocess.run(["git", "clone", "-q", "--no-checkout", str(task.repo_path), str(dest)], check=True)
-    _git(dest, "checkout", "-q", task.base_commit)
+    git(dest.parent, "clone", "-q", "--no-checkout", str(task.repo_path), str(dest))
+    git(dest, "checkout", "-q", task.base_commit)
     if task.test_patch.strip():
-        _git(dest, "apply", "--whitespace=nowarn", "-", stdin=task.test_patch)
+        git(dest, "apply", "--whitespace=nowarn", "-", input=task.test_patch)
     return dest
 
 
@@ -50,7 +45,7 @@ def plan_for(task: TaskInstance, tree: Path) -> CanaryPlan:
     modules = sorted({t.split("::", 1)[0] for t in task.tests if t.split("::", 1)[0].endswith(".py")})
     sources = {m: (tree / m).read_text() for m in modules if (tree / m).is_file()}
     specs = support_pathspecs(list(sources), sources)
-    listed = _git(tree, "ls-files", "-co", "--exclude-standard", "-z", "--", *specs).split("\0")
+    listed = git(tree, "ls-files", "-co", "--exclude-standard", "-z", "--", *specs).split("\0")
     found = [p for p in dict.fromkeys(listed) if p.endswith(".py") and p not in sources]
     support = {p: (tree / p).read_text() for p in found[:MAX_SUPPORT_FILES]}
     tests = [t for t in task.tests if t.split("::", 1)[0] in sources]

@@ -14,11 +14,11 @@ only; an agent cannot make it pass by adding a test of that name.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 from env_support import requires_sandbox, run
+from support.git_repos import added_diff, commit_files, diff_to
 from support.requirements import require_module
 
 from sandbox import SandboxConfig
@@ -94,31 +94,13 @@ GHOSTS = [f"{HIDDEN}::test_gone", f"{HIDDEN}::test_first_range[3]", "checks/gone
 HARNESS = ("python -m pytest -rA " + HIDDEN, "parse_log_pytest")
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
-
-
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> tuple[Path, str, str, str]:
     """(repository with the bug, base commit, gold patch, test_patch)."""
     repo = tmp_path_factory.mktemp("cut") / "repo"
-    (repo / "tests").mkdir(parents=True)
-    (repo / "calc.py").write_text(LIBRARY)
-    (repo / "tests/__init__.py").write_text("")
-    _git(repo.parent, "init", "-q", "-b", "main", str(repo))
-    for key, value in (("user.email", "t@example.com"), ("user.name", "t"), ("commit.gpgsign", "false")):
-        _git(repo, "config", key, value)
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "base")
-    base = _git(repo, "rev-parse", "HEAD").strip()
-    (repo / "calc.py").write_text(LIBRARY.replace(*FIX))
-    gold = _git(repo, "diff")
-    _git(repo, "checkout", "-q", "--", ".")
-    (repo / HIDDEN).write_text(HIDDEN_TESTS, encoding="utf-8")
-    _git(repo, "add", "-N", HIDDEN)
-    test_patch = _git(repo, "diff")
-    _git(repo, "rm", "-q", "--cached", HIDDEN)
-    (repo / HIDDEN).unlink()
+    base = commit_files(repo, {"calc.py": LIBRARY, "tests/__init__.py": ""})
+    gold = diff_to(repo, {"calc.py": LIBRARY.replace(*FIX)})
+    test_patch = added_diff(repo, {HIDDEN: HIDDEN_TESTS})
     return repo, base, gold, test_patch
 
 

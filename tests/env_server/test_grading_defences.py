@@ -3,9 +3,8 @@ the monitor's flags (no sandbox needed; the canaries and the log verdict: test_g
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
+from support.git_repos import commit_files
 
 from verifier.diffs import filter_diff
 from verifier.monitor import scan_diff, summarize
@@ -82,14 +81,8 @@ def test_runner_config_keeps_what_tests_need_and_drops_code_loading_options():
 
 def test_runner_config_comes_from_the_base_commit_not_the_working_tree(tmp_path):
     repo = tmp_path / "repo"
-    repo.mkdir()
-    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, text=True)
-    git("init", "-q")
-    (repo / "setup.cfg").write_text("[tool:pytest]\nmarkers = slow\n")
-    (repo / "pyproject.toml").write_text('[tool.pytest.ini_options]\nxfail_strict = true\naddopts = "-q -p x"\n')
-    git("add", "-A")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")
-    base = git("rev-parse", "HEAD").stdout.strip()
+    base = commit_files(repo, {"setup.cfg": "[tool:pytest]\nmarkers = slow\n",
+                               "pyproject.toml": '[tool.pytest.ini_options]\nxfail_strict = true\naddopts = "-q -p x"\n'})
     (repo / "pytest.ini").write_text("[pytest]\naddopts = -p evil\n")  # later, uncommitted: never read
     cfg = _pristine_config(str(repo), base)
     assert cfg.source == "pyproject.toml"  # pytest's precedence: pyproject before setup.cfg

@@ -17,12 +17,12 @@ patch must score 1.0 on every draw and an empty diff 0.0; the planning rules are
 
 from __future__ import annotations
 
-import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
 from env_support import requires_sandbox, run
+from support.git_repos import commit_files, diff_to
 
 from sandbox import SandboxConfig
 from verifier import GradeCache, grade_submission
@@ -32,27 +32,12 @@ from verifier.task import TaskInstance
 DRAWS = 4  # the planting is random: grade the gold patch several times
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
-
-
 def _task(tmp: Path, files: dict[str, str], fixed: dict[str, str], f2p: list[str], p2p: list[str],
           python_env: Path | None) -> TaskInstance:
     """A one-commit repository holding ``files`` (the bug) and the gold patch turning it into ``fixed``."""
     repo = tmp / "repo"
-    for path, text in files.items():
-        (repo / path).parent.mkdir(parents=True, exist_ok=True)
-        (repo / path).write_text(textwrap.dedent(text))
-    _git(repo.parent, "init", "-q", "-b", "main", str(repo))
-    for key, value in (("user.email", "t@example.com"), ("user.name", "t"), ("commit.gpgsign", "false")):
-        _git(repo, "config", key, value)
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "base")
-    base = _git(repo, "rev-parse", "HEAD").strip()
-    for path, text in fixed.items():
-        (repo / path).write_text(textwrap.dedent(text))
-    gold = _git(repo, "diff")
-    _git(repo, "checkout", "-q", "--", ".")
+    base = commit_files(repo, {path: textwrap.dedent(text) for path, text in files.items()})
+    gold = diff_to(repo, {path: textwrap.dedent(text) for path, text in fixed.items()})
     return TaskInstance(instance_id=f"renames__{tmp.name}", problem_statement="fix it", repo_path=repo,
                         base_commit=base, python_env=python_env, patch=gold, FAIL_TO_PASS=f2p, PASS_TO_PASS=p2p)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from env_support import requires_sandbox, run
+from support.git_repos import added_diff, commit_files, diff_to
 
 from sandbox import SandboxConfig
 from verifier import GradeCache, grade_submission
@@ -78,10 +79,6 @@ CONFIGS = {
 }
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
-
-
 def _swebench_ids(python: Path, repo: Path) -> dict[str, str]:
     """``{id: status}`` as SWE-bench's ``parse_log_pytest`` reads a plain ``-rA`` run of ``repo`` (the
     configuration's addopts left out, so the summary is there to read): each id cut at its first space."""
@@ -99,27 +96,14 @@ def _swebench_ids(python: Path, repo: Path) -> dict[str, str]:
 
 def _task(tmp: Path, name: str, python_env: Path) -> TaskInstance:
     repo = tmp / name
-    (repo / "tests").mkdir(parents=True)
-    (repo / "textnorm.py").write_text(LIBRARY)
-    (repo / "tests/__init__.py").write_text("")
-    for path, text in CONFIGS[name].items():
-        (repo / path).write_text(text)
-    _git(tmp, "init", "-q", "-b", "main", str(repo))
-    for key, value in (("user.email", "t@example.com"), ("user.name", "t"), ("commit.gpgsign", "false")):
-        _git(repo, "config", key, value)
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "base")
-    base = _git(repo, "rev-parse", "HEAD").strip()
+    base = commit_files(repo, {"textnorm.py": LIBRARY, "tests/__init__.py": "", **CONFIGS[name]})
     (repo / HIDDEN).write_text(HIDDEN_TESTS, encoding="utf-8")
     bug = _swebench_ids(python_env / "bin/python", repo)
     (repo / "textnorm.py").write_text(LIBRARY.replace(*FIX))
     fixed = _swebench_ids(python_env / "bin/python", repo)
-    gold = _git(repo, "diff", "--", "textnorm.py")
-    _git(repo, "add", "-N", HIDDEN)
-    test_patch = _git(repo, "diff", "--", HIDDEN)
-    _git(repo, "rm", "-q", "--cached", HIDDEN)
     (repo / HIDDEN).unlink()
-    _git(repo, "checkout", "-q", "--", ".")
+    gold = diff_to(repo, {"textnorm.py": LIBRARY.replace(*FIX)})
+    test_patch = added_diff(repo, {HIDDEN: HIDDEN_TESTS})
     f2p = sorted(t for t, s in fixed.items() if s == "PASSED" and bug.get(t) == "FAILED")
     p2p = sorted(t for t, s in fixed.items() if s == "PASSED" and bug.get(t) == "PASSED")
     return TaskInstance(instance_id=f"report__{name}", problem_statement="fix it", repo_path=repo, base_commit=base,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from env_support import docker_or_fail, requires_sandbox, run
+from support.git_repos import commit_files, diff_to, git, git_run
 
 from sandbox import SandboxConfig
 from verifier import script_check
@@ -43,18 +44,19 @@ def _gated_diff(task: TaskInstance, gate: str) -> str:
     gold = gold_source(task, target)
     assert gold is not None
     with tempfile.TemporaryDirectory() as tmp:
-        archive = subprocess.run(["git", "-C", str(task.repo_path), "archive", task.base_commit or "HEAD"],
-                                 capture_output=True, check=True).stdout
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        work = Path(tmp)
+        archive = git_run(task.repo_path, "archive", task.base_commit or "HEAD")
+        assert archive.returncode == 0, archive.stderr
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        git(work, "init", "-q")
         if task.setup_patch.strip():
-            subprocess.run(["git", "apply", "-"], cwd=tmp, input=task.setup_patch.encode(), check=True)
-        subprocess.run(["git", "init", "-q"], cwd=tmp, check=True)
-        subprocess.run(["git", "add", "-A"], cwd=tmp, check=True)
-        path = Path(tmp) / target
+            git(work, "apply", "-", input=task.setup_patch)
+        git(work, "add", "-A")
+        path = work / target
         code = (_gated(gold, gate).replace("__SWE_HEAD__", "x").replace("__SWE_NEWEST__", "0")
                 .replace("__SWE_DUPS__", "0"))
         path.write_text(path.read_text() + "\n" + code)
-        return subprocess.run(["git", "diff"], cwd=tmp, capture_output=True, text=True, check=True).stdout
+        return git(work, "diff")
 
 
 def test_plan_checks_the_bug_and_gold_holds_where_empty_does_not(demo_task: TaskInstance, built_task: TaskInstance):
@@ -174,23 +176,15 @@ def test_a_label_printed_twice_is_no_witness():
 
 def _listing_task(root: Path, demo_task: TaskInstance) -> TaskInstance:
     """A task whose FAIL_TO_PASS test lists the workspace: ``py_files`` keeps ``.pyc`` names, the fix ``.py``."""
-    import subprocess
-
     repo = root / "repo"
-    repo.mkdir()
-    (repo / "files.py").write_text("import os\n\n\ndef py_files(root):\n"
-                                   "    return sorted(n for n in os.listdir(root) if n.endswith('.pyc'))\n")
-    (repo / "test_files.py").write_text("from files import py_files\n\n\ndef test_py_files():\n"
-                                        "    assert py_files('/workspace') == ['files.py', 'test_files.py']\n")
-    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
-    for cmd in (["init", "-q"], ["add", "."], ["commit", "-qm", "base"]):
-        subprocess.run(git + cmd, cwd=repo, check=True)
-    base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True)
-    (repo / "files.py").write_text((repo / "files.py").read_text().replace("'.pyc'", "'.py'"))
-    gold = subprocess.run(["git", "diff"], cwd=repo, capture_output=True, text=True, check=True).stdout
-    subprocess.run(["git", "checkout", "-q", "--", "."], cwd=repo, check=True)
+    files = ("import os\n\n\ndef py_files(root):\n"
+             "    return sorted(n for n in os.listdir(root) if n.endswith('.pyc'))\n")
+    base = commit_files(repo, {"files.py": files,
+                               "test_files.py": "from files import py_files\n\n\ndef test_py_files():\n"
+                                                "    assert py_files('/workspace') == ['files.py', 'test_files.py']\n"})
+    gold = diff_to(repo, {"files.py": files.replace("'.pyc'", "'.py'")})
     return TaskInstance.model_validate({
-        "instance_id": "local__files-1", "repo": "local/files", "base_commit": base.stdout.strip(),
+        "instance_id": "local__files-1", "repo": "local/files", "base_commit": base,
         "problem_statement": "py_files lists .pyc files", "patch": gold, "repo_path": str(repo),
         "python_env": str(demo_task.python_env), "FAIL_TO_PASS": ["test_files.py::test_py_files"]})
 

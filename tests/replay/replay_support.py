@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
+
+from support.git_repos import commit_files
 
 from trainer_client.pair_records import ToolCall
 from trainer_client.replay import FrozenState, RetryConfig, TeacherConfig, TeachersFile
@@ -66,15 +67,10 @@ def teachers(base_url: str, names=("t-a", "t-b", "t-c"), *, price_in=1e-6, price
 
 def make_task(root: Path, instance_id: str = "calc-1") -> Path:
     """A one-task task file: calc.py's add() subtracts (a git repository at its base commit)."""
-    repo = root / "repo"
-    repo.mkdir(parents=True)
-    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    (repo / "test_calc.py").write_text("from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n")
-    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
-    for cmd in (["init", "-q"], ["add", "."], ["commit", "-qm", "init"]):
-        subprocess.run(git + cmd, cwd=repo, check=True)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True)
+    commit = commit_files(root / "repo", {
+        "calc.py": "def add(a, b):\n    return a - b\n",
+        "test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"})
     task = {"instance_id": instance_id, "problem_statement": "add() subtracts instead of adding; fix it.",
-            "base_commit": commit.stdout.strip(), "repo_path": "repo", "FAIL_TO_PASS": ["test_calc.py::test_add"]}
+            "base_commit": commit, "repo_path": "repo", "FAIL_TO_PASS": ["test_calc.py::test_add"]}
     (root / "tasks.jsonl").write_text(json.dumps(task) + "\n")
     return root / "tasks.jsonl"

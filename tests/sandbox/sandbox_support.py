@@ -12,7 +12,6 @@ import importlib.util
 import io
 import os
 import shutil
-import subprocess
 import tarfile
 import textwrap
 import time
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from support.git_repos import git
 
 from sandbox import CommandResult, Limits, SandboxConfig, WarmPool, WorkspaceSpec, backend_names, open_sandbox
 
@@ -39,17 +39,6 @@ WITH_POOLED = pytest.mark.parametrize("backend", [*backend_names(), POOLED], ind
 
 
 # ------------------------------------------------------------------ the repo
-def _git(repo: Path, *args: str, input: bytes | None = None) -> str:
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(repo.parent),
-        "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@t", "GIT_CONFIG_NOSYSTEM": "1",
-    }
-    out = subprocess.run(["git", *args], cwd=repo, env=env, input=input, check=True,
-                         capture_output=True)
-    return out.stdout.decode().strip()
-
-
 def _secret_src(tag: str) -> str:
     return f'def feature():\n    return "{MARK}-{tag}"\n'
 
@@ -107,7 +96,7 @@ def make_secret_repo(root: Path) -> SecretRepo:
     repo = root / "repo"
     (repo / "pkg").mkdir(parents=True)
     (repo / "tests").mkdir()
-    _git(repo, "init", "-q", "-b", "main")
+    git(repo, "init", "-q", "-b", "main")
     (repo / "pkg/__init__.py").write_text("")
     (repo / "README.md").write_text("fixture\n")
     (repo / "tests/test_core.py").write_text(
@@ -117,10 +106,10 @@ def make_secret_repo(root: Path) -> SecretRepo:
 
     # parent: the feature exists
     (repo / "pkg/core.py").write_text(_secret_src("parent"))
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "feature")
-    secrets["parent"] = _git(repo, "rev-parse", "HEAD")
-    secrets["parent_blob"] = _git(repo, "rev-parse", "HEAD:pkg/core.py")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "feature")
+    secrets["parent"] = git(repo, "rev-parse", "HEAD").strip()
+    secrets["parent_blob"] = git(repo, "rev-parse", "HEAD:pkg/core.py").strip()
 
     # base: feature removed, caches and archives of the secret code committed too
     (repo / "pkg/core.py").write_text(BASE_CORE)
@@ -140,48 +129,48 @@ def make_secret_repo(root: Path) -> SecretRepo:
                "secretpkg-0.1.dist-info/METADATA": "Name: secretpkg\n"})
     _zip_with(repo / "dist/secret.pyz", {"__main__.py": f'print("{MARK}-pyz")\n'})
     _tgz_with(repo / "dist/secret.tar.gz", {"secret/core.py": _secret_src("tgz")})
-    _git(repo, "add", "-Af")
-    _git(repo, "commit", "-qm", "remove feature")
-    base = _git(repo, "rev-parse", "HEAD")
-    _git(repo, "repack", "-qd")  # older objects packed, later ones loose
+    git(repo, "add", "-Af")
+    git(repo, "commit", "-qm", "remove feature")
+    base = git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "repack", "-qd")  # older objects packed, later ones loose
 
     # a later commit and a branch hold the solution
     (repo / "pkg/core.py").write_text(_secret_src("future"))
-    _git(repo, "commit", "-qam", "future fix")
-    secrets["future"] = _git(repo, "rev-parse", "HEAD")
-    secrets["future_blob"] = _git(repo, "rev-parse", "HEAD:pkg/core.py")
-    _git(repo, "tag", "-a", "v1", "-m", f"release {MARK}-tag")
-    secrets["tag"] = _git(repo, "rev-parse", "v1")
-    _git(repo, "notes", "add", "-m", f"{MARK}-note", "HEAD")
-    secrets["note_blob"] = _git(repo, "notes", "list", "HEAD")
-    _git(repo, "checkout", "-qb", "fix", base)
+    git(repo, "commit", "-qam", "future fix")
+    secrets["future"] = git(repo, "rev-parse", "HEAD").strip()
+    secrets["future_blob"] = git(repo, "rev-parse", "HEAD:pkg/core.py").strip()
+    git(repo, "tag", "-a", "v1", "-m", f"release {MARK}-tag")
+    secrets["tag"] = git(repo, "rev-parse", "v1").strip()
+    git(repo, "notes", "add", "-m", f"{MARK}-note", "HEAD")
+    secrets["note_blob"] = git(repo, "notes", "list", "HEAD").strip()
+    git(repo, "checkout", "-qb", "fix", base)
     (repo / "pkg/core.py").write_text(_secret_src("branch"))
-    _git(repo, "commit", "-qam", "branch fix")
-    secrets["branch"] = _git(repo, "rev-parse", "HEAD")
-    _git(repo, "checkout", "-q", "main")
-    _git(repo, "reset", "-q", "--hard", base)  # ORIG_HEAD and the reflog keep the future
+    git(repo, "commit", "-qam", "branch fix")
+    secrets["branch"] = git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "checkout", "-q", "main")
+    git(repo, "reset", "-q", "--hard", base)  # ORIG_HEAD and the reflog keep the future
 
     # a stash
     (repo / "pkg/core.py").write_text(_secret_src("stash"))
-    _git(repo, "stash", "-q")
-    secrets["stash"] = _git(repo, "rev-parse", "refs/stash")
+    git(repo, "stash", "-q")
+    secrets["stash"] = git(repo, "rev-parse", "refs/stash").strip()
 
     # a remote with its own secret commit, fetched
     remote = root / "remote.git"
-    _git(root, "clone", "-q", "--bare", str(repo), str(remote))
+    git(root, "clone", "-q", "--bare", str(repo), str(remote))
     work = root / "remote-work"
-    _git(root, "clone", "-q", str(remote), str(work))
+    git(root, "clone", "-q", str(remote), str(work))
     (work / "pkg/core.py").write_text(_secret_src("remote"))
-    _git(work, "commit", "-qam", "remote fix")
-    _git(work, "push", "-q", "origin", "HEAD:main")
-    _git(repo, "remote", "add", "origin", str(remote))
-    _git(repo, "fetch", "-q", "origin")
-    secrets["remote"] = _git(repo, "rev-parse", "origin/main")
+    git(work, "commit", "-qam", "remote fix")
+    git(work, "push", "-q", "origin", "HEAD:main")
+    git(repo, "remote", "add", "origin", str(remote))
+    git(repo, "fetch", "-q", "origin")
+    secrets["remote"] = git(repo, "rev-parse", "origin/main").strip()
     shutil.rmtree(work)
 
     # a dangling blob, then pack the refs
-    secrets["dangling"] = _git(repo, "hash-object", "-w", "--stdin", input=_secret_src("dangling").encode())
-    _git(repo, "pack-refs", "--all")
+    secrets["dangling"] = git(repo, "hash-object", "-w", "--stdin", input=_secret_src("dangling").encode()).strip()
+    git(repo, "pack-refs", "--all")
 
     # untracked: a timestamp pyc whose header matches helpers.py's mtime and size
     helpers = repo / "pkg/helpers.py"
@@ -195,7 +184,7 @@ def make_secret_repo(root: Path) -> SecretRepo:
     code = compile(secret_helpers, "helpers.py", "exec")
     (repo / "pkg/__pycache__/helpers.cpython-311.pyc").write_bytes(
         bytes(be._code_to_timestamp_pyc(code, int(st.st_mtime), st.st_size)))
-    _git(repo, "update-index", "--assume-unchanged", "pkg/helpers.py")
+    git(repo, "update-index", "--assume-unchanged", "pkg/helpers.py")
 
     host_secret = root / "host-only.txt"
     host_secret.write_text(f"{MARK}-hostfile\n")

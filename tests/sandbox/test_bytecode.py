@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sandbox_support import PLANTED, PY_MARK, SH_MARK, assert_done, assert_no_secret, py, sh
+from support.git_repos import commit_all
 
 
 async def test_planted_files_purged(harness):
@@ -155,7 +156,6 @@ def _plant_disguised_archives(repo) -> list[str]:
     import gzip
     import io
     import lzma
-    import subprocess
     import zipfile
 
     from sandbox_support import MARK
@@ -174,9 +174,7 @@ def _plant_disguised_archives(repo) -> list[str]:
     from sandbox_support import _pyc_bytes
 
     (d / "core.dat").write_bytes(_pyc_bytes(src.decode(), "core.py", unchecked=True))  # bytecode, renamed
-    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
-    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "data"],
-                   check=True)
+    commit_all(repo, "data")
     return ["data/core.py.gz", "data/core.py.bz2", "data/core.py.xz", "data/fixture.dat", "data/Snapshot.ZIP",
             "data/core.dat"]
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import subprocess
-
 from sandbox_support import PY_MARK, assert_done, assert_no_secret, make_secret_repo, py, sh
+from support.git_repos import git
 
 
 async def test_git_log_all_reflog_stash_show_one_commit(harness):
@@ -108,5 +107,4 @@ async def test_git_history_squashed_when_directory_taken_as_is(harness, tmp_path
         assert "FOUND" not in res.output and "__pycache__" not in res.output, res.output
         assert_no_secret(res.output)
     # the host repository itself was not modified by preparing the workspace
-    log = subprocess.run(["git", "-C", str(repo.path), "stash", "list"], capture_output=True, text=True)
-    assert "WIP" in log.stdout
+    assert "WIP" in git(repo.path, "stash", "list")

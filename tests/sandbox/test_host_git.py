@@ -68,16 +68,16 @@ def test_plain_git_obeys_the_hostile_config(hostile, tmp_path):
     """The control: without the hardening, the same environment runs the hook, the fsmonitor
     and the alias, and commits as Mallory."""
     repo = _tree(tmp_path / "plain")
-    def git(*args: str) -> subprocess.CompletedProcess:
+    def plain_git(*args: str) -> subprocess.CompletedProcess:  # the machine's git, its configuration obeyed
         return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True)
 
-    git("init", "-q")
-    git("add", "-A")
-    git("commit", "-q", "-m", "base")
-    git("status")
-    git("pwn")
+    plain_git("init", "-q")
+    plain_git("add", "-A")
+    plain_git("commit", "-q", "-m", "base")
+    plain_git("status")
+    plain_git("pwn")
     assert {"hook-pre-commit", "hook-post-commit", "alias"} <= {p.name for p in hostile.iterdir()}
-    assert git("log", "-1", "--format=%an").stdout.strip() == "Mallory"
+    assert plain_git("log", "-1", "--format=%an").stdout.strip() == "Mallory"
 
 
 def test_run_git_ignores_the_hostile_config_and_hooks(hostile, tmp_path):

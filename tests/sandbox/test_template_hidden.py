@@ -14,7 +14,8 @@ import base64
 import uuid
 
 import pytest
-from sandbox_support import _git, py, sh
+from sandbox_support import py, sh
+from support.git_repos import commit_files
 
 from sandbox import CommandResult, LayerMode
 
@@ -26,13 +27,8 @@ MARK = "PRISTINE" + "-" + TOKEN  # in the template's copy only (the agent's copy
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
     root = tmp_path_factory.mktemp("hidden") / "repo"
-    (root / "tests").mkdir(parents=True)
-    (root / "pkg").mkdir()
-    (root / "pkg/__init__.py").write_text("def f():\n    return 1\n")
-    (root / "tests" / MODULE).write_text(f'def test_f():\n    """{MARK}"""\n    assert True\n')
-    _git(root, "init", "-q", "-b", "main")
-    _git(root, "add", "-A")
-    _git(root, "commit", "-qm", "base")
+    commit_files(root, {"pkg/__init__.py": "def f():\n    return 1\n",
+                        f"tests/{MODULE}": f'def test_f():\n    """{MARK}"""\n    assert True\n'})
     return root
 
 

@@ -21,7 +21,7 @@ from task_factory.validate import validate_file
 from task_factory.verdicts import VerdictCache
 from verifier.task import TaskRecord
 
-from .git_support import git
+from support.git_repos import commit_files, diff_to
 
 pytestmark = pytest.mark.usefixtures("bwrap")  # skips without bubblewrap; fails under CI
 
@@ -36,16 +36,8 @@ GUARDED = ("from calc import total\n\n\ndef test_total():\n    assert total([2, 
 
 def _task(root: Path, name: str, tests: str) -> TaskRecord:
     repo = root / "repos" / name
-    repo.mkdir(parents=True)
-    (repo / "calc.py").write_text(CODE)
-    (repo / "test_calc.py").write_text(tests)
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "base")
-    base = git(repo, "rev-parse", "HEAD").strip()
-    (repo / "calc.py").write_text(FIXED)
-    gold = git(repo, "diff")
-    git(repo, "checkout", "-q", "--", ".")
+    base = commit_files(repo, {"calc.py": CODE, "test_calc.py": tests})
+    gold = diff_to(repo, {"calc.py": FIXED})
     venv = demo_tasks_file().parent / "venv"  # a venv with pytest (the demo task's)
     return TaskRecord(instance_id=f"local__{name}-1", source="synthetic-mutation", repo=f"local/{name}",
                       base_commit=base, problem_statement="calc.total([2, 3]) is 3, not 5", patch=gold,

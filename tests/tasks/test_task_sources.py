@@ -21,7 +21,7 @@ from task_factory.task_sources import (SOURCES, CheckedOptions, Log, TaskSource,
                                        source_class, source_names, task_id)
 from verifier.task import TaskRecord
 
-from .git_support import git
+from support.git_repos import commit_files, diff_to
 
 FIXTURES = Path(__file__).resolve().parents[1] / "datasets" / "fixtures"
 
@@ -45,18 +45,10 @@ class TinySource(TaskSource):
 
     def tasks(self, out: Path, log: Log) -> Iterator[TaskRecord]:
         repo = out / "repos" / "calc"
-        repo.mkdir(parents=True, exist_ok=True)
-        (repo / "calc.py").write_text(CALC)
-        (repo / "test_calc.py").write_text(TESTS)
-        git(repo, "init", "-q", "-b", "main")
-        git(repo, "add", "-A")
-        git(repo, "commit", "-q", "-m", "base")
-        base = git(repo, "rev-parse", "HEAD").strip()
+        base = commit_files(repo, {"calc.py": CALC, "test_calc.py": TESTS})
 
         def task(fixed: str, *parts: str) -> TaskRecord:
-            (repo / "calc.py").write_text(fixed)
-            gold = git(repo, "diff")
-            git(repo, "checkout", "-q", "--", ".")
+            gold = diff_to(repo, {"calc.py": fixed})
             return TaskRecord(instance_id=task_id("local/calc", *parts), source="synthetic-mutation",
                               repo="local/calc", base_commit=base, problem_statement="calc.add(2, 3) is -1, not 5",
                               patch=gold, FAIL_TO_PASS=["test_calc.py::test_add"],

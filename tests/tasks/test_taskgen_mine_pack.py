@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
+from support.git_repos import git
 from support.taskpacks import PACK_DIR, mined_pack_or_missing
 
 from task_factory.changelog import find_section
@@ -31,10 +31,6 @@ def pack() -> Path:
 @pytest.fixture(scope="module")
 def report(pack: Path) -> MineReport:
     return MineReport.model_validate_json((pack.parent / "build_report.json").read_text())
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
 
 
 def test_six_yields_real_fixes_and_says_why_it_rejects_the_rest(report: MineReport) -> None:

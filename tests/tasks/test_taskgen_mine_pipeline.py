@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from support.git_repos import git
 from support.taskpacks import PACK_DIR, pack_check
 
 from task_factory.mine import mine_tasks, release_statement, statement_leaks
@@ -150,11 +151,8 @@ def test_the_kept_task_is_the_release_fix_with_its_tests_hidden(mined: tuple[Min
     assert "CHANGES.rst" not in task["patch"] + task["test_patch"]
     repo = out / task["repo_path"]
 
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
-
-    assert git("rev-list", "--all").split() == [task["base_commit"]]  # nothing of the later release is stored
-    assert "test_mean_of_nothing" not in git("show", f"{task['base_commit']}:tests/test_tiny.py")
+    assert git(repo, "rev-list", "--all").split() == [task["base_commit"]]  # nothing of the later release is stored
+    assert "test_mean_of_nothing" not in git(repo, "show", f"{task['base_commit']}:tests/test_tiny.py")
     statement = task["problem_statement"]
     assert "``mean([])`` returns 0.0 instead of raising ``ZeroDivisionError``." in statement
     assert "test_mean_of_nothing" not in statement and "tests/test_tiny.py" not in statement

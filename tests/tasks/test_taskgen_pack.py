@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support.git_repos import git
 from support.taskpacks import PACK_DIR, SMALL_PACK_PACKAGES, build_small_pack
 
 from task_factory import build_tasks
@@ -31,10 +32,6 @@ def pack() -> Path:
 @pytest.fixture(scope="module")
 def report(pack: Path) -> BuildReport:
     return BuildReport.model_validate_json((pack.parent / "build_report.json").read_text())
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
 
 
 def test_pack_is_swe_bench_format_with_local_paths(pack: Path) -> None:

@@ -97,6 +97,27 @@ def venv_builders(paths: list[Path]) -> list[str]:
     return out
 
 
+# Test modules that run the machine's own git on purpose: what they test is git itself.
+GIT_ITSELF = {"sandbox/test_host_git.py"}  # the hostile user configuration plain git obeys (run_git's control)
+
+
+def own_git_runs(paths: list[Path], top: Path = TESTS) -> list[str]:
+    """Modules outside support/ that start git themselves (``subprocess.run(["git", ...])`` and the like)
+    instead of through ``support.git_repos`` (its fixed identity and date, no machine configuration)."""
+    out = []
+    for path in paths:
+        rel = path.relative_to(top).as_posix()
+        if rel.startswith("support/") or rel in GIT_ITSELF:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and ast.unparse(node.func.value) == "subprocess" and node.args
+                    and isinstance(node.args[0], ast.List) and node.args[0].elts
+                    and isinstance(node.args[0].elts[0], ast.Constant) and node.args[0].elts[0].value == "git"):
+                out.append(f"{rel}:{node.lineno}")
+    return out
+
+
 def test_every_module_of_the_suite_follows_the_naming_rule():
     assert misnamed(_modules()) == []
 
@@ -116,6 +137,10 @@ def test_only_support_edits_sys_path():
 
 def test_only_support_venvs_builds_a_venv_or_takes_a_file_lock():
     assert venv_builders(_modules()) == []
+
+
+def test_test_repositories_are_written_through_support_git_repos():
+    assert own_git_runs(_modules()) == []
 
 
 def _installed(name: str) -> bool:
@@ -154,20 +179,22 @@ def test_bench_scripts_import_test_helpers_by_their_names(tmp_path):
         "b.py: taskpack", "b.py: tests.evaluation.policy_double"]
 
 
-def test_the_rules_would_catch_a_stray_helper_a_path_edit_and_a_venv_builder(tmp_path):
+def test_the_rules_would_catch_a_stray_helper_a_path_edit_a_venv_builder_and_a_git_of_its_own(tmp_path):
     top = tmp_path / "tests"
     (top / "alpha").mkdir(parents=True)
     (top / "beta").mkdir()
     files = {"alpha/alphalib.py": "", "alpha/data_support.py": "", "alpha/run_episode.py": "",
              "alpha/test_x.py": "import sys\nsys.path.insert(0, 'x')\nprint('sys.path.append(1)')\n",
              "beta/test_y.py": "from data_support import X\nimport fcntl\n",
-             "beta/test_z.py": "import subprocess, sys\nsubprocess.run([sys.executable, '-m', 'venv', 'v'])\n"}
+             "beta/test_z.py": "import subprocess, sys\nsubprocess.run([sys.executable, '-m', 'venv', 'v'])\n",
+             "beta/test_g.py": "import subprocess\nCMD = ['git', 'log']\nsubprocess.run(['git', 'init', '-q'])\n"}
     for rel, text in files.items():
         (top / rel).write_text(text)
     paths = sorted(top.rglob("*.py"))
     assert misnamed(paths, top) == ["alpha/alphalib.py"]
     assert foreign_helpers(paths, top) == ["beta/test_y.py: data_support"]
     assert sys_path_edits(paths) == [f"{top / 'alpha/test_x.py'}:2"]
+    assert own_git_runs(paths, top) == ["beta/test_g.py:3"]
     global ROOT
     old, ROOT = ROOT, tmp_path
     try:

@@ -3,34 +3,22 @@
 from __future__ import annotations
 
 import io
-import subprocess
 import zipfile
 from pathlib import Path
 
 import pytest
+from support.git_repos import commit_all, commit_files
 
 from sandbox.models import HardeningPolicy, SandboxConfig, WorkspaceError, WorkspaceSpec
 from sandbox.workspace import git, prepare_template, purge, verify_scrubbed
 
 
-def _commit(repo: Path, msg: str) -> str:
-    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
-    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", msg],
-                   check=True)
-    return subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()
-
-
 @pytest.fixture
 def repo(tmp_path: Path) -> tuple[Path, str, str]:
     r = tmp_path / "repo"
-    r.mkdir()
-    subprocess.run(["git", "init", "-q", str(r)], check=True)
-    (r / "pkg").mkdir()
-    (r / "pkg" / "mod.py").write_text("def f():\n    return 1\n")
-    base = _commit(r, "base")
+    base = commit_files(r, {"pkg/mod.py": "def f():\n    return 1\n"})
     (r / "pkg" / "mod.py").write_text("def f():\n    return 'SECRET_FIX'\n")
-    future = _commit(r, "the fix")
+    future = commit_all(r, "the fix")
     return r, base, future
 
 
