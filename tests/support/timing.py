@@ -113,6 +113,8 @@ class _Recorder:
             files[_file(nodeid)] += s
         merged = {**recorded(), **{f: round(s, 2) for f, s in files.items()}}  # a partial run updates its files
         cpu = {**recorded("cpu_files"), **{f: round(s, 1) for f, s in self.cpu.items()}}
+        slowest = Counter({k: v for k, v in recorded("slowest").items() if _file(k) not in files})  # ... and tests
+        slowest.update({k: round(v, 2) for k, v in self.per_test.items()})
         DURATIONS.write_text(json.dumps({
             "note": "written by `make durations` (pytest --write-durations); seconds per test file (wall, and "
                     "CPU of the test process and its reaped children), and the slowest tests of the run that "
@@ -121,14 +123,14 @@ class _Recorder:
             "cpu_total_s": round(sum(cpu.values()), 1),
             "files": dict(sorted(merged.items(), key=lambda kv: -kv[1])),
             "cpu_files": dict(sorted(cpu.items(), key=lambda kv: -kv[1])),
-            "slowest": {k: round(v, 2) for k, v in self.per_test.most_common(SLOWEST)},
+            "slowest": dict(slowest.most_common(SLOWEST)),
         }, indent=1) + "\n")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # pytest-xdist: the longest files start first. The workers collect, and the controller schedules
-    # their order (xdist sets a worker's numprocesses to None, so a worker is known by its workerinput);
-    # xdist's own reordering (the files with the most tests first) would undo the sort.
+    # pytest-xdist: the longest files start first. The controller schedules the files in the order its
+    # workers collected them, so the workers sort (xdist sets a worker's numprocesses to None: a worker is
+    # known by its workerinput); xdist's own reordering (the files with the most tests first) is off.
     in_worker = getattr(config, "workerinput", None) is not None
     if config.getoption("numprocesses", None) or in_worker:
         config.pluginmanager.register(_LongestFirst(), "swe-longest-first")
