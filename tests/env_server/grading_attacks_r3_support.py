@@ -25,7 +25,6 @@ Every attempt must score 0.0 and be witnessed: flagged as tampering, failed by t
 from __future__ import annotations
 
 import shlex
-import subprocess
 import tempfile
 import textwrap
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from pathlib import Path
 
 from grading_attacks_support import Attack, Ctx
 from grading_attacks_r2_support import AttackR2
-from support.git_repos import git, git_run
+from support.git_repos import export_tree
 
 from verifier.task import TaskInstance
 
@@ -61,12 +60,7 @@ def _f2p_failed(ctx: Ctx) -> str:
 def gold_source(task: TaskInstance, target: str) -> str | None:
     """``target`` as the gold patch leaves it (what an agent that found the fix would have written)."""
     with tempfile.TemporaryDirectory() as tmp:
-        archive = git_run(task.repo_path, "archive", task.base_commit or "HEAD")
-        assert archive.returncode == 0, archive.stderr
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
-        for patch in (task.setup_patch, task.patch):
-            if patch.strip():
-                git(Path(tmp), "apply", "--whitespace=nowarn", "-", input=patch)
+        export_tree(task.repo_path, task.base_commit or "HEAD", Path(tmp), task.setup_patch, task.patch)
         path = Path(tmp) / target
         return path.read_text() if path.is_file() else None
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from env_support import docker_or_fail, requires_sandbox, run
-from support.git_repos import commit_files, diff_to, git, git_run
+from support.git_repos import commit_files, diff_to, export_tree, git
 
 from sandbox import SandboxConfig
 from verifier import script_check
@@ -35,7 +35,6 @@ def built_task() -> TaskInstance:
 
 def _gated_diff(task: TaskInstance, gate: str) -> str:
     """The target module with the gold fix behind ``gate``, as the agent's diff."""
-    import subprocess
     import tempfile
 
     from verifier.diffs import split_diff
@@ -44,13 +43,8 @@ def _gated_diff(task: TaskInstance, gate: str) -> str:
     gold = gold_source(task, target)
     assert gold is not None
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        archive = git_run(task.repo_path, "archive", task.base_commit or "HEAD")
-        assert archive.returncode == 0, archive.stderr
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        work = export_tree(task.repo_path, task.base_commit or "HEAD", Path(tmp), task.setup_patch)
         git(work, "init", "-q")
-        if task.setup_patch.strip():
-            git(work, "apply", "-", input=task.setup_patch)
         git(work, "add", "-A")
         path = work / target
         code = (_gated(gold, gate).replace("__SWE_HEAD__", "x").replace("__SWE_NEWEST__", "0")

@@ -32,6 +32,18 @@ def git(repo: Path, *args: str, input: str | bytes | None = None) -> str:
     return run.stdout.decode("utf-8", "surrogateescape")
 
 
+def export_tree(repo: Path, commit: str, dest: Path, *patches: str) -> Path:
+    """The files of ``commit`` (no history) written under ``dest``, then ``patches`` applied in turn; ``dest``."""
+    archive = git_run(repo, "archive", commit)
+    assert archive.returncode == 0, archive.stderr.decode(errors="replace")
+    dest.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    for patch in patches:
+        if patch.strip():
+            git(dest, "apply", "--whitespace=nowarn", "-", input=patch)
+    return dest
+
+
 def write_files(root: Path, files: dict[str, str]) -> None:
     """Write ``files`` (relative path -> text, UTF-8) under ``root``, making their folders."""
     for rel, text in files.items():

@@ -29,8 +29,8 @@ SLOWEST = 40  # tests named in the file
 
 @functools.cache  # read once per process: both collection hooks and the recorder use it
 def recorded(key: str = "files") -> dict[str, float]:
-    """Seconds per test file (``tests/...py``) from the committed file, as it was when the run started:
-    wall time (``files``) or CPU time (``cpu_files``); {} when there is none."""
+    """Seconds from the committed file, as it was when the run started: per test file (``tests/...py``),
+    wall time (``files``) or CPU time (``cpu_files``), or per test (``slowest``); {} when there is none."""
     try:
         return {k: float(v) for k, v in json.loads(DURATIONS.read_text())[key].items()}
     except (OSError, ValueError, KeyError, TypeError):
