@@ -301,6 +301,9 @@ async def evaluate(config: EvalConfig, policy: Policy, *,
             finally:
                 beat.cancel()
         finally:
+            closer = getattr(policy, "aclose", None)  # a harness's processes (harness.py)
+            if closer is not None:
+                await closer()
             await pool.close()
     wall = time.monotonic() - start
     return finish(config, wall_s=wall)

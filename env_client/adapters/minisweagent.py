@@ -48,7 +48,9 @@ agent `/workspace` instead, see `run_instance`). `timeout`: every command runs w
 Imports no framework at module level: mini-swe-agent is imported when an environment is made
 (`MissingDependencyError` naming the install line when it is absent). `python -m
 env_client.adapters.minisweagent` runs one instance with mini-swe-agent's `DefaultAgent` and prints
-one JSON line (`run_instance`; what `trainer-client evaluate --harness mini-swe-agent` runs per sample).
+one JSON line (`run_instance`); with ``--serve`` it runs instances one after another as requests arrive
+on stdin, importing mini-swe-agent and litellm once (what `trainer-client evaluate --harness
+mini-swe-agent` runs: litellm's import alone is 7 to 9 s of CPU).
 """
 
 from __future__ import annotations
@@ -346,6 +348,7 @@ def run_instance(urls: Sequence[str] | str, instance_id: str | None, *, configs:
     (set as ``model_kwargs.api_key``). ``repo_path``: the agent's templates name the repository by the
     environment's ``cwd`` (swebench.yaml: /testbed); that path is replaced by ``repo_path`` in them, so the
     agent is told where the repository is on the replica (None: the templates as they are)."""
+    _minisweagent_exceptions()  # MissingDependencyError, naming the install line, when it is not installed
     from minisweagent.agents.default import DefaultAgent
     from minisweagent.config import get_config_from_spec
     from minisweagent.models import get_model
@@ -443,22 +446,70 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"the repository path the agent's templates name instead of the config's cwd "
                         f"(default {REPO_ROOT}; 'keep': the templates as they are)")
     p.add_argument("--output", metavar="FILE", help="write the trajectory here")
+    p.add_argument("--serve", action="store_true",
+                   help="run instances one after another in this process (mini-swe-agent and litellm imported "
+                        "once): one JSON request per line on stdin (instance_id, output, episode_id), one JSON "
+                        "line per instance on stdout, until stdin ends")
     return p
+
+
+def _outcome(args: argparse.Namespace, instance_id: str | None, output: str | None,
+             episode_id: str | None) -> dict[str, Any]:
+    """`run_instance`'s outcome, or the ``NotStarted`` one (one line: no episode ran, a refused reset, a bad config)."""
+    try:
+        return run_instance(args.env_url, instance_id, configs=args.config or ["swebench.yaml"],
+                            model_name=args.model, model_class=args.model_class, api_key_env=args.api_key_env,
+                            episode_id=episode_id, output=output,
+                            repo_path=None if args.repo_path == "keep" else args.repo_path)
+    except Exception as exc:  # noqa: BLE001 - reported as data, the caller decides
+        return {"exit_status": "NotStarted", "error": _one_line(f"{type(exc).__name__}: {exc}", 2000),
+                "error_type": type(exc).__name__}
+
+
+def _fresh_global_stats() -> None:
+    """mini-swe-agent's process-wide cost and call counters at zero, as in a process of its own: its
+    ``MSWEA_GLOBAL_COST_LIMIT`` / ``MSWEA_GLOBAL_CALL_LIMIT`` hold per instance with ``--serve`` too."""
+    try:
+        from minisweagent.models import GLOBAL_MODEL_STATS as stats
+    except ImportError:
+        return
+    with stats._lock:
+        stats._cost, stats._n_calls = 0.0, 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    """``--serve``: instances as requests arrive on stdin. Stdout carries the outcomes only: what anything
+    else writes there (a library's print) goes to stderr."""
+    sys.stdout.flush()
+    results = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    served = 0
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line)
+            if not isinstance(request, dict):
+                raise ValueError("not an object")
+        except ValueError as exc:
+            outcome = {"exit_status": "NotStarted", "error": f"bad request line: {exc}", "error_type": "BadRequest"}
+        else:
+            _fresh_global_stats()
+            outcome = _outcome(args, request.get("instance_id"), request.get("output"), request.get("episode_id"))
+        served += 1
+        outcome["process"] = {"pid": os.getpid(), "instance": served}  # the n-th instance this process ran
+        results.write(json.dumps(outcome) + "\n")
+        results.flush()
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        outcome = run_instance(args.env_url, args.instance_id, configs=args.config or ["swebench.yaml"],
-                               model_name=args.model, model_class=args.model_class, api_key_env=args.api_key_env,
-                               episode_id=args.episode_id, output=args.output,
-                               repo_path=None if args.repo_path == "keep" else args.repo_path)
-    except Exception as exc:  # noqa: BLE001 - one line: no episode ran (a refused reset, a bad config)
-        print(json.dumps({"exit_status": "NotStarted", "error": _one_line(f"{type(exc).__name__}: {exc}", 2000),
-                          "error_type": type(exc).__name__}), flush=True)
-        return 1
+    if args.serve:
+        return _serve(args)
+    outcome = _outcome(args, args.instance_id, args.output, args.episode_id)
     print(json.dumps(outcome), flush=True)
-    return 0
+    return 1 if outcome["exit_status"] == "NotStarted" else 0
 
 
 if __name__ == "__main__":

@@ -216,6 +216,9 @@ def harness_run(two_task_server, two_tasks, msa_python, tmp_path_factory):
 def test_evaluate_harness_reports_resolved_rate_pass_at_k_and_predictions(harness_run, two_task_server):
     out, _, proc, _ = harness_run
     assert "resolved 2/4 = 50.0%" in proc.stdout, proc.stdout
+    # four episodes, two at a time: two harness processes (mini-swe-agent and litellm imported twice, not 4x)
+    started = [line for line in proc.stderr.splitlines() if line.startswith("mini-swe-agent: harness process ")]
+    assert len(started) == 2 and len({line.split("(pid ")[1].split(";")[0] for line in started}) == 2, proc.stderr
     rows = sorted((json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()),
                   key=lambda r: (r["instance_id"], r["sample"]))
     assert [(r["instance_id"], r["sample"], r["status"], r["reward"], r["end_reason"]) for r in rows] == [
