@@ -7,11 +7,12 @@ episode running at once (at most `--concurrency`), each running its episodes one
 imports mini-swe-agent and litellm once: 7 to 9 s of CPU saved per episode) and replaced after
 `EPISODES_PER_PROCESS`, or at once when an episode times out or the process dies. Each episode is
 `DefaultAgent` with its config (`--harness-config`, default its SWE-bench config `swebench.yaml`:
-templates, step limit, cost limit, observation template), its `LitellmModel` pointed at the model `evaluate` serves or was given
-(`openai/<model name>` at the OpenAI-compatible base URL, the sampling flags as `model_kwargs`), and
-`SWEOpenEnvEnvironment` (the env's `bash-only` profile) on the run's replicas. The episode is scored
-by the env's hidden tests as every evaluation is; the result, the server's rollout record and
-mini-swe-agent's trajectory (`OUT/trajectories/`) feed the same outputs (results, report, predictions).
+templates, step limit, cost limit, observation template), its `LitellmModel` pointed at the model
+`evaluate` serves or was given (`openai/<model name>` at the OpenAI-compatible base URL, the sampling
+flags as `model_kwargs`), and `SWEOpenEnvEnvironment` (the env's `bash-only` profile) on the run's
+replicas. The episode is scored by the env's hidden tests as every evaluation is; the result, the
+server's rollout record and mini-swe-agent's trajectory (`OUT/trajectories/`) feed the same outputs
+(results, report, predictions).
 
 What is set on top of the config (recorded in the report's settings):
 - the model: `model_name: openai/<name>`, `model_kwargs.api_base`, `api_key` (from `--api-key-env`,
@@ -312,11 +313,10 @@ class _HarnessProcess:
             line = await asyncio.wait_for(self.proc.stdout.readline(), timeout_s)
         except TimeoutError:
             raise LostEpisode(f"mini-swe-agent: no result within {timeout_s:g} s (killed)") from None
-        except (ConnectionError, ValueError) as exc:  # its stdin closed, or a line past OUTCOME_LIMIT
+        except ValueError:  # asyncio's limit on a line
+            raise LostEpisode(f"mini-swe-agent's result line is over {OUTCOME_LIMIT} bytes (killed)") from None
+        except ConnectionError:  # its stdin is closed: it has ended
             line = b""
-            why = f"{type(exc).__name__}: {exc}"
-        else:
-            why = ""
         try:
             outcome = json.loads(line) if line.strip() else None
         except ValueError:
@@ -330,8 +330,7 @@ class _HarnessProcess:
             await asyncio.wait_for(asyncio.gather(self.proc.wait(), asyncio.shield(self._drain)), 5)
         except TimeoutError:
             pass
-        raise LostEpisode(f"mini-swe-agent exited {self.proc.returncode} without a result: "
-                          f"{why or self.stderr_tail()}")
+        raise LostEpisode(f"mini-swe-agent exited {self.proc.returncode} without a result: {self.stderr_tail()}")
 
     async def close(self, kill: bool = False, grace_s: float = 10.0) -> None:
         """End the process: its stdin closed (it exits after its episode), killed after ``grace_s`` or at once."""

@@ -44,6 +44,9 @@ for line in sys.stdin:
     if iid == "garbage":
         print("not an outcome", flush=True)
         continue
+    if iid == "huge":
+        print(json.dumps({"exit_status": "Submitted", "submission": "x" * 4096}), flush=True)
+        continue
     print(json.dumps({"exit_status": "Submitted", "submission": "", "reward": 1.0, "resolved": True,
                       "api_calls": 1, "steps": 1, "process": {"pid": os.getpid(), "instance": served}}), flush=True)
 log.write(f"exit {os.getpid()}\n"); log.flush()
@@ -61,6 +64,7 @@ def double(tmp_path, monkeypatch):
     log.touch()
     monkeypatch.setenv("DOUBLE_LOG", str(log))
     monkeypatch.setattr(harness_module, "GRACE_S", 0.0)
+    monkeypatch.setattr(harness_module, "OUTCOME_LIMIT", 1024)  # the "huge" answer is over it
     endpoint = EndpointConfig(base_url="http://127.0.0.1:9/v1", model="policy-double")
     harness = MiniSweAgentHarness(str(python), endpoint, ["http://127.0.0.1:9"], tmp_path / "out")
     return harness, log
@@ -110,6 +114,7 @@ def test_concurrent_episodes_get_a_process_each_and_share_them_afterwards(double
     ("die", "mini-swe-agent exited 3 without a result: the double dies here"),
     ("garbage", "mini-swe-agent answered a line that is not a result (killed): not an outcome"),
     ("hang", "mini-swe-agent: no result within 2 s (killed)"),
+    ("huge", "mini-swe-agent's result line is over 1024 bytes (killed)"),
 ])
 def test_a_process_that_fails_an_episode_loses_it_and_is_replaced(double, how, reason):
     """The episode is lost (retried by evaluate, never scored); the process is gone, its group killed;
