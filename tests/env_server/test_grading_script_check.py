@@ -73,6 +73,51 @@ def test_plan_checks_the_bug_and_gold_holds_where_empty_does_not(demo_task: Task
         assert "expected" in empty.mismatched[0] and "got" in empty.mismatched[0]
 
 
+# A correct fix that is not the gold patch: of a mined release's gold patch, only the hunks its hidden
+# tests need (the release's other changes, its version bump among them, left out). Found by dropping one
+# hunk at a time while the hidden tests still passed; on the 25-task mined catalog (`task-factory mine`)
+# every fix found so scored 1.0, the script check holding (docs/grading.md, guarantee 8, limits).
+MINIMAL_FIXES = {"six__1.12.0-1.13.0": ("@@ -824,7 +827,15 @@",),
+                 "six__1.13.0-1.14.0": ("@@ -259,7 +259,7 @@", "@@ -644,9 +644,11 @@", "@@ -684,6 +687,10 @@")}
+
+
+def _some_hunks(patch: str, heads: tuple[str, ...]) -> str:
+    """``patch`` with only the hunks whose header starts with one of ``heads`` (file headers kept where a hunk is)."""
+    import re
+
+    from verifier.diffs import split_diff
+
+    out, found = "", []
+    for block in split_diff(patch):
+        header, *hunks = re.split(r"(?m)^(?=@@ )", block.text)
+        kept = [h for h in hunks if h.startswith(heads)]
+        found += [h.split("\n", 1)[0] for h in kept]
+        out += header + "".join(kept) if kept else ""
+    assert len(found) == len(heads), (heads, found)
+    return out
+
+
+def test_a_correct_fix_other_than_the_gold_patch_scores_one():
+    """The hidden tests and the script check ask for the fix, not for the gold patch's every change."""
+    from support.taskpacks import mined_pack_or_missing
+
+    from verifier.task import load_tasks
+
+    tasks = {t.instance_id: t for t in load_tasks(mined_pack_or_missing())}
+    config = SandboxConfig(backend="bwrap")
+
+    async def main():
+        return {iid: await grade_submission(tasks[iid], _some_hunks(tasks[iid].patch, heads), config,
+                                            cache=GradeCache())
+                for iid, heads in MINIMAL_FIXES.items()}
+
+    for iid, res in run(main()).items():
+        gold_hunks = tasks[iid].patch.count("\n@@ ")
+        assert gold_hunks > len(MINIMAL_FIXES[iid]), iid  # a fix the gold patch is not
+        assert res.reward == 1.0 and res.resolved, (iid, res.error, res.fail_to_pass)
+        assert res.script_check["ran"] and res.script_check["holds"], (iid, res.script_check)
+
+
 @pytest.mark.parametrize("backend", ["bwrap", pytest.param("docker", marks=pytest.mark.docker)])
 def test_a_fix_active_only_while_graded_scores_zero(backend: str, demo_task: TaskInstance, built_task: TaskInstance):
     if backend == "docker":
