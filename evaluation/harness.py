@@ -41,7 +41,6 @@ import os
 import shlex
 import subprocess
 import sys
-from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +61,8 @@ GRACE_S = 900.0
 EPISODES_PER_PROCESS = 50
 #: the longest outcome line read from a harness process (it holds the submitted patch)
 OUTCOME_LIMIT = 64 * 1024 * 1024
-#: the lines of a harness process's stderr kept for the error that names them
-STDERR_LINES = 50
+#: the bytes of a harness process's stderr kept for the error that names its last lines
+STDERR_BYTES = 64 * 1024
 _FATAL = {"AuthenticationError": "auth", "PermissionDeniedError": "auth", "NotFoundError": "bad_request",
           "UnsupportedParamsError": "bad_request", "BadRequestError": "bad_request"}
 _ENDS: dict[str, EndReason] = {"Submitted": "submitted", "LimitsExceeded": "turn_limit", "TimeExceeded": "time_limit",
@@ -282,7 +281,7 @@ class _HarnessProcess:
         self.proc = proc
         self.pid = proc.pid
         self.episodes = 0
-        self._stderr: deque[str] = deque(maxlen=STDERR_LINES)
+        self._stderr = b""  # its last STDERR_BYTES
         self._drain = asyncio.create_task(self._read_stderr())
 
     @classmethod
@@ -294,14 +293,15 @@ class _HarnessProcess:
 
     async def _read_stderr(self) -> None:
         assert self.proc.stderr is not None
-        while line := await self.proc.stderr.readline():
-            self._stderr.append(line.decode("utf-8", "replace").rstrip())
+        while chunk := await self.proc.stderr.read(65536):
+            self._stderr = (self._stderr + chunk)[-STDERR_BYTES:]
 
     def alive(self) -> bool:
         return self.proc.returncode is None
 
     def stderr_tail(self, lines: int = 3) -> str:
-        return " | ".join(s for s in list(self._stderr)[-lines:] if s.strip())[-500:]
+        text = self._stderr.decode("utf-8", "replace").strip().splitlines()
+        return " | ".join(s for s in text[-lines:] if s.strip())[-500:]
 
     async def run(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """The outcome of one episode (LostEpisode: no outcome within ``timeout_s``, or the process ended)."""

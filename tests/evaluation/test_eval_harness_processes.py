@@ -44,6 +44,9 @@ for line in sys.stdin:
     if iid == "garbage":
         print("not an outcome", flush=True)
         continue
+    if iid.startswith("loud"):  # a flood on stderr, no line end, then the outcome
+        sys.stderr.write("x" * 300_000)
+        sys.stderr.flush()
     if iid == "huge":
         print(json.dumps({"exit_status": "Submitted", "submission": "x" * 4096}), flush=True)
         continue
@@ -84,7 +87,8 @@ def test_one_process_runs_the_episodes_one_after_another(double):
     harness, log = double
 
     async def main():
-        results = [await _episode(harness, f"ok-{i}") for i in range(3)]
+        # loud: its stderr must be read all along, or the double blocks on a full pipe (then it is lost)
+        results = [await _episode(harness, name, max_episode_s=10) for name in ("ok-0", "loud-1", "ok-2")]
         assert len(harness._idle) == 1 and harness.started == 1
         await harness.aclose()
         return results
