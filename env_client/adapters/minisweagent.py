@@ -504,8 +504,13 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.serve:
+        given = [flag for flag, value in (("--instance-id", args.instance_id), ("--output", args.output),
+                                          ("--episode-id", args.episode_id)) if value]
+        if given:
+            parser.error(f"--serve takes {', '.join(given)} from each request line, not from the command line")
         return _serve(args)
     outcome = _outcome(args, args.instance_id, args.output, args.episode_id)
     print(json.dumps(outcome), flush=True)

@@ -188,3 +188,7 @@ def test_the_adapter_serves_request_lines_until_stdin_ends():
     assert outcomes[0]["error_type"] == "MissingDependencyError" and 'pip install -e ".[client,minisweagent]"' \
         in outcomes[0]["error"] and outcomes[1]["error_type"] == "BadRequest"
     assert "a library prints this" in proc.stderr and "and this at the fd level" in proc.stderr
+    both = subprocess.run([sys.executable, "-m", "env_client.adapters.minisweagent", "--serve", "--env-url",
+                           "http://127.0.0.1:9", "--instance-id", "a"], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT, stdin=subprocess.DEVNULL)
+    assert both.returncode == 2 and "--serve takes --instance-id from each request line" in both.stderr, both.stderr
