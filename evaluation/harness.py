@@ -275,11 +275,10 @@ class MiniSweAgentHarness:
 
 class _HarnessProcess:
     """One ``--serve`` process of mini-swe-agent's python: a request line in, an outcome line out, one
-    episode at a time; its stderr is read all along (the last lines kept for the error that names them)."""
+    episode at a time; its stderr is read all along (its last STDERR_BYTES kept for the error that names them)."""
 
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self.proc = proc
-        self.pid = proc.pid
         self.episodes = 0
         self._stderr = b""  # its last STDERR_BYTES
         self._drain = asyncio.create_task(self._read_stderr())
@@ -295,6 +294,10 @@ class _HarnessProcess:
         assert self.proc.stderr is not None
         while chunk := await self.proc.stderr.read(65536):
             self._stderr = (self._stderr + chunk)[-STDERR_BYTES:]
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
 
     def alive(self) -> bool:
         return self.proc.returncode is None
@@ -340,8 +343,8 @@ class _HarnessProcess:
                 try:
                     await asyncio.wait_for(self.proc.wait(), grace_s)
                 except TimeoutError:
-                    kill = True
-            if kill or self.proc.returncode is None:
+                    pass
+            if self.proc.returncode is None:  # asked to, or past the grace
                 _kill(self.proc)
         await self.proc.wait()
         await self._drain
